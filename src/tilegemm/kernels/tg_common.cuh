@@ -1,0 +1,28 @@
+// tg_common.cuh - the only helper shared by every rung: operand layouts and the entry signature.
+//
+// Every kernel computes C = A * B with A: M x K, B: K x N, C: M x N row-major (ldc >= N).
+// Layouts come in as defines (0 = row-major as stored, 1 = a transposed view, i.e. column-major):
+//   TG_TRANS_A=0: A(m,k) at A[m*lda + k]      TG_TRANS_A=1: A(m,k) at A[k*lda + m]
+//   TG_TRANS_B=0: B(k,n) at B[k*ldb + n]      TG_TRANS_B=1: B(k,n) at B[n*ldb + k]
+// Offsets are 64-bit, so a matrix may hold more than 2^31 elements.
+#pragma once
+
+#ifndef TG_TRANS_A
+#define TG_TRANS_A 0
+#endif
+#ifndef TG_TRANS_B
+#define TG_TRANS_B 0
+#endif
+
+typedef long long tg_idx;
+
+__device__ __forceinline__ tg_idx tg_a_off(tg_idx m, tg_idx k, tg_idx lda) {
+    return TG_TRANS_A ? k * lda + m : m * lda + k;
+}
+__device__ __forceinline__ tg_idx tg_b_off(tg_idx k, tg_idx n, tg_idx ldb) {
+    return TG_TRANS_B ? n * ldb + k : k * ldb + n;
+}
+
+#define TG_GEMM_PARAMS                                                             \
+    int M, int N, int K, const float *__restrict__ A, long long lda,               \
+        const float *__restrict__ B, long long ldb, float *__restrict__ C, long long ldc

@@ -1,0 +1,84 @@
+"""Tables for the README, generated from committed results JSON (never typed by hand).
+
+A README block ``<!-- results:FILE[:VIEW] -->`` ... ``<!-- /results -->`` is replaced by the table
+built from ``benchmarks/results/FILE.json``.  Run ``python -m tilegemm.report README.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+BLOCK = re.compile(r"(<!-- results:(?P<file>[\w.\-]+)(?::(?P<view>\w+))? -->\n)(?P<body>.*?)(<!-- /results -->)", re.S)
+
+
+def _shape(r) -> str:
+    M, N, K = r["M"], r["N"], r["K"]
+    s = f"{M}³" if M == N == K else f"{M}x{N}x{K}"
+    if r.get("batch", 1) > 1:
+        s = f"{r['batch']} x {s}"
+    return s if r.get("layout", "NN") == "NN" else f"{s} {r['layout']}"
+
+
+def _cell(r) -> str:
+    if r.get("tflops") is None:
+        return "failed"
+    if r["kernel"] == "cublas":
+        return f"{r['tflops']:.1f}"
+    return f"{r['tflops']:.1f} ({100 * r['ratio']:.0f}%)"
+
+
+def pivot_table(doc: dict) -> str:
+    """Kernels as rows, shapes as columns: TFLOPS (percent of cuBLAS)."""
+    rows = doc["rows"]
+    shapes, kernels = [], []
+    for r in rows:
+        s = _shape(r)
+        if s not in shapes:
+            shapes.append(s)
+        if r["kernel"] not in kernels:
+            kernels.append(r["kernel"])
+    cells = {(r["kernel"], _shape(r)): r for r in rows}
+    errs = {}
+    for r in rows:
+        if r.get("rel_err") is not None:
+            errs[r["kernel"]] = max(errs.get(r["kernel"], 0.0), r["rel_err"])
+    head = "| kernel | " + " | ".join(shapes) + " | max rel. error |"
+    sep = "|---|" + "---|" * len(shapes) + "---|"
+    lines = [head, sep]
+    for k in kernels:
+        vals = [_cell(cells[(k, s)]) if (k, s) in cells else "" for s in shapes]
+        err = f"{errs[k]:.1e}" if k in errs else "-"
+        lines.append(f"| {k} | " + " | ".join(vals) + f" | {err} |")
+    caption = (f"TFLOPS (percent of cuBLAS in the same run) on {doc['gpu']}, driver {doc['driver']}, "
+               f"{doc['date']}; CuPy {doc['versions'].get('cupy')}, NVRTC {doc['versions'].get('nvrtc')}.")
+    return caption + "\n\n" + "\n".join(lines) + "\n"
+
+
+VIEWS = {"pivot": pivot_table}
+
+
+def render(text: str, results_dir: Path) -> str:
+    def sub(m):
+        doc = json.loads((results_dir / f"{m.group('file')}.json").read_text())
+        body = VIEWS[m.group("view") or "pivot"](doc)
+        return m.group(1) + body + m.group(5)
+
+    return BLOCK.sub(sub, text)
+
+
+def main(argv=None) -> int:
+    argv = argv or sys.argv[1:]
+    readme = Path(argv[0] if argv else "README.md")
+    results = Path(argv[1]) if len(argv) > 1 else readme.parent / "benchmarks" / "results"
+    new = render(readme.read_text(), results)
+    if new != readme.read_text():
+        readme.write_text(new)
+        print(f"updated {readme}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+"""GPU-free: every kernel compiles for sm_80 and sm_90, SASS is spill-free, the cache is sound."""
+
+import multiprocessing
+import os
+from pathlib import Path
+
+import pytest
+
+from tilegemm import CompileError, compiler, registry, sass
+
+ARCHS = ["sm_80", "sm_90"]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("name", sorted(registry.RUNGS))
+@pytest.mark.parametrize("layout", registry.LAYOUTS)
+def test_every_rung_compiles_without_local_memory(name, arch, layout):
+    k = registry.get(name).compile(layout=layout, arch=arch)
+    assert k.cubin[:4] == b"\x7fELF"
+    assert k.arch == arch
+    assert k.resources.registers > 0
+    assert k.resources.spills == 0 and k.resources.stack_bytes == 0
+    listing = sass.disassemble(k.cubin)
+    assert f".target\t{arch}" in listing
+    assert not sass.uses_local_memory(listing), "LDL/STL in the SASS: a spill or a run-time indexed array"
+    ops = sass.opcode_counts(listing)
+    assert ops["FFMA"] >= 1
+
+
+def test_tiled_rung_uses_barriers_and_shared_loads():
+    listing = sass.disassemble(registry.get("02_smem_tiled").compile(arch="sm_90").cubin)
+    ops = sass.opcode_counts(listing)
+    assert ops["BAR.SYNC.DEFER_BLOCKING"] + ops["BAR.SYNC"] >= 2
+    assert sum(v for k, v in ops.items() if k.startswith("LDS")) >= 16  # unrolled TILE loop
+    assert sum(v for k, v in ops.items() if k.startswith("STS")) >= 2
+
+
+def test_second_compile_is_a_cache_hit(cache_dir):
+    spec = registry.get("01_naive")
+    first = spec.compile(arch="sm_90")
+    assert not first.cache_hit
+    compiler.clear_memory_cache()  # a new process: only the disk cache remains
+    second = spec.compile(arch="sm_90")
+    assert second.cache_hit
+    assert second.cubin == first.cubin and second.resources == first.resources
+
+
+def test_cache_key_depends_on_options_and_arch(cache_dir):
+    spec = registry.get("02_smem_tiled")
+    keys = {
+        spec.compile({"tile": 16}, arch="sm_90").key,
+        spec.compile({"tile": 8}, arch="sm_90").key,
+        spec.compile({"tile": 16}, arch="sm_80").key,
+        spec.compile({"tile": 16}, layout="TN", arch="sm_90").key,
+    }
+    assert len(keys) == 4
+
+
+def _entry(cache_dir: Path) -> Path:
+    entries = [p for p in cache_dir.rglob("*.cubin")]
+    assert len(entries) == 1
+    return entries[0]
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "garbage", "empty"])
+def test_corrupt_cache_entry_is_rebuilt(cache_dir, damage):
+    spec = registry.get("01_naive")
+    good = spec.compile(arch="sm_90")
+    path = _entry(cache_dir)
+    blob = path.read_bytes()
+    if damage == "truncate":
+        path.write_bytes(blob[: len(blob) // 2])
+    elif damage == "flip":
+        mid = len(blob) - 100
+        path.write_bytes(blob[:mid] + bytes([blob[mid] ^ 0xFF]) + blob[mid + 1 :])
+    elif damage == "garbage":
+        path.write_bytes(b"not a cubin at all" * 10)
+    else:
+        path.write_bytes(b"")
+    compiler.clear_memory_cache()
+    again = spec.compile(arch="sm_90")
+    assert not again.cache_hit  # rebuilt, not loaded
+    assert again.cubin == good.cubin
+    compiler.clear_memory_cache()
+    assert spec.compile(arch="sm_90").cache_hit  # and the entry is whole again
+
+
+def _compile_in_child(cache: str, tile: int) -> bytes:
+    os.environ["TILEGEMM_CACHE_DIR"] = cache
+    from tilegemm import registry as reg
+
+    return reg.get("02_smem_tiled").compile({"tile": tile}, arch="sm_90").cubin
+
+
+def test_concurrent_processes_share_the_cache(cache_dir):
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(4) as pool:
+        cubins = pool.starmap(_compile_in_child, [(str(cache_dir), 16)] * 8)
+    assert len(set(cubins)) == 1
+    assert not list(cache_dir.rglob("*.part"))  # no temp files left behind
+    compiler.clear_memory_cache()
+    assert registry.get("02_smem_tiled").compile({"tile": 16}, arch="sm_90").cache_hit
+
+
+def test_compile_error_carries_log_and_source(cache_dir):
+    bad = 'extern "C" __global__ void tilegemm_kernel(float* x) { x[0] = undefined_name; }'
+    with pytest.raises(CompileError) as info:
+        compiler.compile_source("broken.cu", bad, entry="tilegemm_kernel", arch="sm_90")
+    err = info.value
+    assert "undefined_name" in err.log and "error" in err.log
+    assert err.source_path and Path(err.source_path).read_text().endswith(bad)
+    assert "NVRTC failed to compile broken.cu" in str(err)
+    assert err.log in str(err)
+
+
+def test_compile_error_from_a_define(cache_dir):
+    with pytest.raises(CompileError) as info:
+        compiler.compile_file("02_smem_tiled.cu", entry="tilegemm_kernel", defines={"TILE": 64}, arch="sm_90")
+    assert "TILE*TILE <= 1024" in info.value.log  # the kernel's static_assert
+
+
+def test_config_constraints_are_checked_before_compiling(cache_dir):
+    from tilegemm import ConfigError
+
+    with pytest.raises(ConfigError, match=r"02_smem_tiled with \{'tile': 64\} breaks: tile \* tile <= max threads per block"):
+        registry.get("02_smem_tiled").compile({"tile": 64}, arch="sm_90")
+    with pytest.raises(ConfigError, match="has no parameter 'bk'"):
+        registry.get("02_smem_tiled").params({"bk": 8})
+
+
+@pytest.mark.parametrize("text,expected", [
+    (None, None), (90, "sm_90"), ("90", "sm_90"), ("sm_80", "sm_80"), ("sm_90a", "sm_90a"),
+    ((8, 6), "sm_86"), ("compute_90", "sm_90"),
+])
+def test_normalize_arch(text, expected):
+    if text is None:
+        assert compiler.normalize_arch(None) in ("sm_90", compiler.current_arch())
+    else:
+        assert compiler.normalize_arch(text) == expected
+
+
+def test_bad_arch():
+    with pytest.raises(ValueError, match="arch='hopper' is not a GPU architecture"):
+        compiler.normalize_arch("hopper")
+
+
+def test_parse_resources():
+    log = (
+        "ptxas info    : 0 bytes gmem\n"
+        "ptxas info    : Compiling entry function 'k' for 'sm_90'\n"
+        "ptxas info    : Function properties for k\n"
+        "ptxas         .     8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads\n"
+        "ptxas info    : Used 40 registers, used 1 barriers, 4096 bytes smem, 400 bytes cmem[0]\n"
+    )
+    r = compiler.parse_resources(log, "k")
+    assert (r.registers, r.barriers, r.shared_bytes, r.stack_bytes, r.spill_stores, r.spill_loads) == (40, 1, 4096, 8, 4, 12)
+    with pytest.raises(CompileError):
+        compiler.parse_resources(log, "other")

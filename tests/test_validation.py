@@ -1,0 +1,198 @@
+"""GPU-free: every argument error of tilegemm.matmul, with its exact message, raised before launch."""
+
+import re
+
+import numpy as np
+import pytest
+
+import tilegemm
+from tilegemm import api
+from tilegemm.arrays import Operand, classify, describe
+
+from conftest import HAVE_GPU
+
+
+def f32(*shape):
+    return np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+
+
+class FakeCAI:
+    """A GPU array as only its __cuda_array_interface__ (no GPU needed to describe it)."""
+
+    def __init__(self, shape, strides=None, typestr="<f4", ptr=0x7F0000000000):
+        self.__cuda_array_interface__ = {
+            "shape": shape, "strides": strides, "typestr": typestr, "data": (ptr, False), "version": 3,
+        }
+
+
+def check(a, b, out=None, kernel=None):
+    """Validation only (what matmul runs before anything touches a GPU)."""
+    A, B = describe(a, "a"), describe(b, "b")
+    O = describe(out, "out") if out is not None else None
+    return api.plan(A, B, O, kernel)
+
+
+def raises(exc, message, *args, **kw):
+    with pytest.raises(exc, match="^" + re.escape(message) + "$"):
+        tilegemm.matmul(*args, **kw)
+
+
+def test_wrong_dtype_a():
+    raises(TypeError, "a has dtype float64, but tilegemm computes in float32 and never casts "
+           "silently; convert it first: a.astype(numpy.float32)", f32(3, 4).astype(np.float64), f32(4, 5))
+
+
+def test_wrong_dtype_b():
+    raises(TypeError, "b has dtype float16, but tilegemm computes in float32 and never casts "
+           "silently; convert it first: b.astype(numpy.float32)", f32(3, 4), f32(4, 5).astype(np.float16))
+
+
+def test_integer_dtype():
+    raises(TypeError, "a has dtype int32, but tilegemm computes in float32 and never casts "
+           "silently; convert it first: a.astype(numpy.float32)", np.ones((3, 4), np.int32), f32(4, 5))
+
+
+def test_wrong_ndim():
+    raises(ValueError, "a must be a 2-D array (M x K), got 1-D with shape (4,)", f32(4), f32(4, 5))
+    raises(ValueError, "b must be a 2-D array (K x N), got 3-D with shape (2, 4, 5)", f32(3, 4), f32(2, 4, 5))
+
+
+def test_inner_dimensions():
+    raises(ValueError, "inner dimensions do not match: a is 3 x 4 and b is 5 x 6 "
+           "(a.shape[1] must equal b.shape[0])", f32(3, 4), f32(5, 6))
+
+
+def test_not_an_array():
+    raises(TypeError, "a must be an array (NumPy, CuPy, a torch CUDA tensor, or an object with "
+           "__cuda_array_interface__ or __dlpack__), got list; wrap it with "
+           "numpy.asarray(a, dtype=numpy.float32)", [[1.0]], f32(1, 1))
+
+
+def test_out_wrong_shape():
+    raises(ValueError, "out has shape (3, 4), but the result has shape (3, 5)",
+           f32(3, 4), f32(4, 5), out=f32(3, 4))
+
+
+def test_out_wrong_dtype():
+    raises(TypeError, "out has dtype float64; it must be float32 (the result's dtype)",
+           f32(3, 4), f32(4, 5), out=np.zeros((3, 5)))
+
+
+def test_out_overlapping_an_input():
+    buf = f32(8, 8)
+    raises(ValueError, "out overlaps a in memory; tilegemm reads a while it writes out, so pass a "
+           "separate out array", buf, f32(8, 8), out=buf)
+    raises(ValueError, "out overlaps b in memory; tilegemm reads b while it writes out, so pass a "
+           "separate out array", f32(4, 4), buf[:4, :], out=buf[2:6, :])
+
+
+def test_out_in_a_disjoint_part_of_one_buffer_is_fine():
+    buf = f32(12, 4)
+    p = check(buf[:4], buf[4:8], out=buf[8:])
+    assert (p.M, p.N, p.K) == (4, 4, 4)
+
+
+def test_interleaved_views_count_as_overlapping():
+    # the check compares memory spans (like numpy.may_share_memory): interleaved views are refused
+    buf = f32(4, 8)
+    with pytest.raises(ValueError, match="out overlaps a in memory"):
+        check(buf[:, :4], f32(4, 4), out=buf[:, 4:])
+
+
+def test_host_and_gpu_mixed():
+    raises(ValueError, "a is on the host but b is on a GPU; pass all arrays on the host (NumPy) or "
+           "all on one GPU", f32(3, 4), FakeCAI((4, 5)))
+    raises(ValueError, "a is on a GPU but out is on the host; pass all arrays on the host (NumPy) or "
+           "all on one GPU", FakeCAI((3, 4)), FakeCAI((4, 5), ptr=0x7F1000000000), out=f32(3, 5))
+
+
+def _gpu_op(name, shape, device, ptr, strides=None):
+    strides = strides or (shape[1], 1)
+    return Operand(name, "cupy", None, shape, strides, np.dtype(np.float32), device, ptr)
+
+
+def test_different_devices():
+    a, b = _gpu_op("a", (3, 4), 0, 0x1000), _gpu_op("b", (4, 5), 1, 0x9000)
+    with pytest.raises(ValueError, match=re.escape("a is on GPU 0 but b is on GPU 1; move them to one device")):
+        api.plan(a, b)
+    out = _gpu_op("out", (3, 5), 2, 0x20000)
+    with pytest.raises(ValueError, match=re.escape("a is on GPU 0 but out is on GPU 2")):
+        api.plan(a, _gpu_op("b", (4, 5), 0, 0x9000), out)
+
+
+def test_view_that_needs_a_copy():
+    with pytest.raises(ValueError, match=re.escape(
+        "a is a view with strides (16, 2) (in elements) that is neither row- nor column-major, so "
+        "reading it would need a copy; tilegemm never copies silently: pass a contiguous copy "
+        "(a.copy() or ascontiguousarray(a))")):
+        check(FakeCAI((3, 4), strides=(64, 8)), FakeCAI((4, 5), ptr=0x7F1000000000))
+
+
+def test_negative_and_broadcast_strides_need_a_copy():
+    for strides in [(-16, 4), (0, 4)]:
+        with pytest.raises(ValueError, match="needs a copy|would need a copy"):
+            check(FakeCAI((3, 4), strides=strides), FakeCAI((4, 5), ptr=0x7F1000000000))
+
+
+def test_unknown_kernel():
+    raises(ValueError, f"kernel='fast' is not a tilegemm kernel; choose one of {sorted(tilegemm.kernels())}",
+           f32(3, 4), f32(4, 5), kernel="fast")
+
+
+def test_torch_cpu_tensor_is_rejected():
+    torch = pytest.importorskip("torch")
+    raises(ValueError, "a is a torch tensor on the CPU; tilegemm computes on the GPU and does not copy "
+           "torch tensors silently: pass a.cuda()", torch.ones(3, 4), torch.ones(4, 5))
+
+
+@pytest.mark.skipif(HAVE_GPU, reason="checks the no-GPU error")
+def test_no_gpu():
+    a, b = f32(3, 4), f32(4, 5)
+    a0, b0 = a.copy(), b.copy()
+    with pytest.raises(tilegemm.NoGPUError, match=re.escape(
+            "tilegemm.matmul needs a CUDA GPU, and none is usable here (no device or no driver). Run it "
+            "on a machine with an NVIDIA GPU; compiling (tilegemm.compiler) works without one.")):
+        tilegemm.matmul(a, b)
+    assert np.array_equal(a, a0) and np.array_equal(b, b0)  # inputs untouched
+
+
+def test_validation_comes_before_the_gpu_check():
+    # bad input is reported as bad input even where there is no GPU
+    raises(ValueError, "inner dimensions do not match: a is 2 x 3 and b is 2 x 3 "
+           "(a.shape[1] must equal b.shape[0])", f32(2, 3), f32(2, 3))
+
+
+def test_layouts_are_read_from_strides():
+    big = FakeCAI((10, 12))  # 10 x 12 row-major
+    assert check(FakeCAI((4, 12)), FakeCAI((12, 5), ptr=0x7F1000000000)).layout_a == ("N", 12)
+    # a transposed view of a 12 x 4 row-major array: column-major with ld 4
+    p = check(FakeCAI((4, 12), strides=(4, 16)), FakeCAI((12, 5), ptr=0x7F1000000000))
+    assert p.layout_a == ("T", 4)
+    # a column slice of a wider array keeps its leading dimension (no copy)
+    p = check(FakeCAI((4, 6), strides=(48, 4)), FakeCAI((6, 5), ptr=0x7F1000000000))
+    assert p.layout_a == ("N", 12)
+    del big
+
+
+@pytest.mark.parametrize("shape,strides,expected", [
+    ((3, 4), (4, 1), ("N", 4)),
+    ((3, 4), (1, 3), ("T", 3)),
+    ((3, 4), (10, 1), ("N", 10)),
+    ((3, 4), (1, 7), ("T", 7)),
+    ((1, 4), (99, 1), ("N", 4)),  # a single row: its row stride is irrelevant
+    ((4, 1), (1, 99), ("N", 1)),  # a single column
+    ((1, 1), (5, 5), ("N", 1)),
+    ((3, 4), (2, 1), None),  # rows overlap
+    ((3, 4), (8, 2), None),
+    ((3, 4), (-4, 1), None),
+    ((3, 4), (0, 1), None),  # broadcast rows
+])
+def test_classify(shape, strides, expected):
+    assert classify(shape, strides) == expected
+
+
+def test_kernel_alignment_checks():
+    # a view that starts 4 bytes into a buffer cannot take a float4 kernel; the default picks another
+    a = Operand("a", "cupy", None, (4, 4), (4, 1), np.dtype(np.float32), 0, 0x1004)
+    b = _gpu_op("b", (4, 4), 0, 0x2000)
+    assert not tilegemm.registry.get(api.plan(a, b).kernel).aligned16

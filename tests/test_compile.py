@@ -156,3 +156,13 @@ def test_parse_resources():
     assert (r.registers, r.barriers, r.shared_bytes, r.stack_bytes, r.spill_stores, r.spill_loads) == (40, 1, 4096, 8, 4, 12)
     with pytest.raises(CompileError):
         compiler.parse_resources(log, "other")
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("name", sorted(registry.RUNGS))
+def test_elf_resources_agree_with_ptxas(name, arch):
+    k = registry.get(name).compile(arch=arch)
+    elf = compiler.elf_resources(k.cubin, k.entry, arch)
+    assert elf.registers == k.resources.registers
+    assert elf.stack_bytes == k.resources.stack_bytes
+    assert elf.shared_bytes == k.resources.shared_bytes

@@ -198,7 +198,10 @@ def _stream(ops: list[Operand], device: int):
         if op.kind == "torch":
             import torch
 
-            return cupy.cuda.ExternalStream(torch.cuda.current_stream(device).cuda_stream, device)
+            ts = torch.cuda.current_stream(device)
+            if hasattr(cupy.cuda.Stream, "from_external"):
+                return cupy.cuda.Stream.from_external(ts)
+            return cupy.cuda.ExternalStream(ts.cuda_stream, device)
     return cupy.cuda.get_current_stream()
 
 

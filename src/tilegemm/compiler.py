@@ -193,6 +193,50 @@ def parse_resources(log: str, entry: str) -> Resources:
     )
 
 
+def _elf_sections(blob: bytes) -> dict[str, tuple[int, int]]:
+    """name -> (offset, size) of each section of a 64-bit little-endian ELF (a cubin)."""
+    (shoff,) = struct.unpack_from("<Q", blob, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", blob, 0x3A)
+    heads = [struct.unpack_from("<IIQQQQ", blob, shoff + i * shentsize) for i in range(shnum)]
+    strtab = heads[shstrndx][4]
+    out = {}
+    for name, _typ, _flags, _addr, offset, size in heads:
+        end = blob.index(b"\0", strtab + name)
+        out[blob[strtab + name : end].decode()] = (offset, size)
+    return out
+
+
+def elf_resources(cubin: bytes, entry: str, arch: str) -> Resources:
+    """Registers, frame and static shared memory read from the cubin itself.
+
+    Used when NVRTC's log carries no ptxas report (NVRTC 13.0 was seen to omit it when a program
+    is compiled again in one process).  Spill sizes are not recorded in the ELF: they are given as
+    0 here, and the SASS check for LDL/STL catches spills regardless.
+    """
+    secs = _elf_sections(cubin)
+    regs = frame = 0
+    off, size = secs.get(".nv.info", (0, 0))
+    info = cubin[off : off + size]
+    i = 0
+    while i + 4 <= len(info):
+        fmt, attr = info[i], info[i + 1]
+        if fmt == 0x04:  # EIFMT_SVAL: u16 size, then data
+            (n,) = struct.unpack_from("<H", info, i + 2)
+            if attr in (0x2F, 0x11) and n == 8:  # EIATTR_REGCOUNT, EIATTR_FRAME_SIZE: (symbol, value)
+                _sym, val = struct.unpack_from("<II", info, i + 4)
+                if attr == 0x2F:
+                    regs = max(regs, val)
+                else:
+                    frame = max(frame, val)
+            i += 4 + n
+        else:  # EIFMT_NVAL/BVAL/HVAL: 2 more bytes
+            i += 4
+    shared = secs.get(f".nv.shared.{entry}", (0, 0))[1]
+    if shared and int(re.sub(r"\D", "", arch)) >= 90:
+        shared = max(0, shared - 1024)  # sm_90 cubins count 1 KB of reserved shared memory in
+    return Resources(regs, shared, frame, 0, 0, 0)
+
+
 # --------------------------------------------------------------------------- on-disk cache
 
 
@@ -324,7 +368,10 @@ def compile_source(
         )
     else:
         cubin, log = _run_nvrtc(name, source, options, key)
-        resources = parse_resources(log, entry)
+        try:
+            resources = parse_resources(log, entry)
+        except CompileError:
+            resources = elf_resources(cubin, entry, arch)
         if use_cache:
             _write_cache(key, {"resources": resources.__dict__, "log": log, "entry": entry}, cubin)
         kernel = CompiledKernel(name, entry, arch, tuple(options), cubin, resources, log, key)

@@ -1,0 +1,42 @@
+"""GPU-free: README tables are generated from the committed results files."""
+
+import json
+from pathlib import Path
+
+from tilegemm import report
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_readme_tables_match_committed_results():
+    readme = (ROOT / "README.md").read_text()
+    assert "<!-- results:" in readme
+    assert report.render(readme, ROOT / "benchmarks" / "results") == readme, \
+        "README tables are stale: run `python -m tilegemm.report README.md`"
+
+
+def test_results_files_follow_schema_1():
+    files = sorted((ROOT / "benchmarks" / "results").glob("*.json"))
+    assert files
+    keys = {"kernel", "M", "N", "K", "layout", "batch", "tflops", "ms", "cublas_tflops", "ratio", "rel_err"}
+    for f in files:
+        doc = json.loads(f.read_text())
+        assert doc["schema"] == 1
+        for k in ("date", "gpu", "sm", "sms", "driver", "versions", "rows"):
+            assert k in doc, (f.name, k)
+        assert {"tilegemm", "cupy", "nvrtc", "torch"} <= set(doc["versions"])
+        for row in doc["rows"]:
+            assert keys <= set(row), (f.name, row)
+            assert row["layout"] in ("NN", "NT", "TN", "TT")
+
+
+def test_pivot_table():
+    doc = {"gpu": "G", "driver": "1", "date": "d", "versions": {"cupy": "c", "nvrtc": "n"}, "rows": [
+        {"kernel": "cublas", "M": 8, "N": 8, "K": 8, "layout": "NN", "batch": 1, "tflops": 2.0, "ratio": 1.0, "rel_err": 1e-7},
+        {"kernel": "01_naive", "M": 8, "N": 8, "K": 8, "layout": "NN", "batch": 1, "tflops": 1.0, "ratio": 0.5, "rel_err": 2e-7},
+        {"kernel": "01_naive", "M": 8, "N": 4, "K": 2, "layout": "TN", "batch": 1, "tflops": None, "ratio": None, "rel_err": 1.0},
+    ]}
+    text = report.pivot_table(doc)
+    assert "| kernel | 8³ | 8x4x2 TN | max rel. error |" in text
+    assert "| 01_naive | 1.0 (50%) | failed | 1.0e+00 |" in text
+    assert "| cublas | 2.0 |  | 1.0e-07 |" in text

@@ -166,3 +166,53 @@ def test_elf_resources_agree_with_ptxas(name, arch):
     assert elf.registers == k.resources.registers
     assert elf.stack_bytes == k.resources.stack_bytes
     assert elf.shared_bytes == k.resources.shared_bytes
+
+
+LADDER = [n for n in sorted(registry.RUNGS) if n >= "03"]
+
+
+def _ops(name, arch="sm_90", layout="NN", vec=4, params=None):
+    spec = registry.get(name)
+    return sass.opcode_counts(sass.disassemble(spec.compile(params, layout=layout, arch=arch, vec=vec).cubin))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("name", LADDER)
+def test_ffma_per_k_step_as_designed(name, arch):
+    # every rung from 3 on: an 8x8 thread tile, i.e. 64 FFMAs per k, BK = 8 k-steps per tile,
+    # and the K loop body is unrolled once (the edge path shares the same FFMAs)
+    assert _ops(name, arch)["FFMA"] == 64 * 8
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("name", [n for n in LADDER if n >= "04"])
+@pytest.mark.parametrize("layout", registry.LAYOUTS)
+def test_vector_rungs_use_128_bit_loads(name, arch, layout):
+    ops = _ops(name, arch, layout)
+    assert ops["LDS.128"] >= 4 * 8, "two float4 of A and two of B per k step"
+    assert sum(v for k, v in ops.items() if k.startswith("LDS") and k != "LDS.128") == 0
+    assert sum(v for k, v in ops.items() if k.startswith("LDG.E.128")) >= 2, "float4 global loads in the main loop"
+
+
+@pytest.mark.parametrize("name", [n for n in LADDER if n >= "04"])
+def test_unaligned_variant_uses_narrow_global_loads(name):
+    ops = _ops(name, vec=1)
+    assert not any(k.startswith("LDG.E.128") or k.startswith("STG.E.128") for k in ops)
+    assert ops["FFMA"] == 512
+
+
+@pytest.mark.parametrize("cfg", [(64, 16, 64, 4, 4), (64, 32, 64, 4, 4), (64, 4, 64, 8, 8), (64, 8, 64, 8, 8),
+                                 (64, 16, 64, 8, 8), (64, 32, 64, 8, 8), (128, 16, 128, 8, 8), (128, 8, 128, 8, 8)])
+def test_seed001_configs_compile(cfg):
+    params = dict(zip(("bm", "bk", "bn", "rm", "rn"), cfg))
+    k = registry.get("05_double_buffered").compile(params, arch="sm_90")
+    assert k.resources.spills == 0
+    ops = sass.opcode_counts(sass.disassemble(k.cubin))
+    assert ops["FFMA"] == cfg[3] * cfg[4] * cfg[1]
+    assert not sass.uses_local_memory(sass.disassemble(k.cubin))
+
+
+def test_warp_tiled_rungs_stage_or_store_c_as_float4():
+    assert _ops("06_warp_tiled")["STG.E.128"] == 16
+    ops7 = _ops("07_maxas")
+    assert ops7["STG.E.128"] == 16 and ops7["STS.128"] >= 16  # C goes through shared memory

@@ -191,8 +191,12 @@ def test_classify(shape, strides, expected):
     assert classify(shape, strides) == expected
 
 
-def test_kernel_alignment_checks():
-    # a view that starts 4 bytes into a buffer cannot take a float4 kernel; the default picks another
-    a = Operand("a", "cupy", None, (4, 4), (4, 1), np.dtype(np.float32), 0, 0x1004)
-    b = _gpu_op("b", (4, 4), 0, 0x2000)
-    assert not tilegemm.registry.get(api.plan(a, b).kernel).aligned16
+def test_vector_width_follows_alignment():
+    assert api.vector_width((0x1000, 8), (0x2000, 4)) == 4
+    assert api.vector_width((0x1004, 8), (0x2000, 4)) == 1  # a view starting 4 bytes in
+    assert api.vector_width((0x1000, 6), (0x2000, 4)) == 1  # leading dimension not a multiple of 4
+
+
+def test_default_kernel_is_the_top_rung():
+    p = check(f32(3, 4), f32(4, 5))
+    assert p.kernel == max(tilegemm.kernels())

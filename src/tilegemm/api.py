@@ -32,6 +32,7 @@ class Plan:
     layout_out: tuple | None
     kernel: str
     device: int | None  # None: host inputs (copied to the current GPU)
+    config: tuple = ()  # the kernel's parameters (defaults filled in), as sorted items
 
 
 # --------------------------------------------------------------------------- validation (GPU-free)
@@ -93,7 +94,8 @@ def _overlaps(x: Operand, y: Operand) -> bool:
     return a0 < b1 and b0 < a1
 
 
-def plan(a: Operand, b: Operand, out: Operand | None = None, kernel: str | None = None) -> Plan:
+def plan(a: Operand, b: Operand, out: Operand | None = None, kernel: str | None = None,
+         config: dict | None = None) -> Plan:
     """Check everything about a matmul call that metadata can tell; raise before any launch."""
     for op in (a, b):
         _check_dtype(op)
@@ -124,32 +126,25 @@ def plan(a: Operand, b: Operand, out: Operand | None = None, kernel: str | None 
                     f"out, so pass a separate out array"
                 )
         lay_out = _layout(out)
-    name = choose_kernel(kernel, [(a, lay_a), (b, lay_b)] + ([(out, lay_out)] if out is not None else []))
-    return Plan(M, N, K, a, b, out, lay_a, lay_b, lay_out, name, device)
+    name = choose_kernel(kernel, config)
+    params = registry.get(name).params(config)  # unknown parameter names raise here
+    return Plan(M, N, K, a, b, out, lay_a, lay_b, lay_out, name, device, tuple(sorted(params.items())))
 
 
-def _aligned16(op: Operand, lay: tuple) -> bool:
-    return op.on_host or (op.ptr % 16 == 0 and lay[1] % 4 == 0)
-
-
-def choose_kernel(kernel: str | None, operands: list) -> str:
-    """The named kernel (checked against the operands) or the best one the operands allow."""
+def choose_kernel(kernel: str | None, config: dict | None = None) -> str:
+    """The named kernel, or the best one.  Every kernel takes every layout and alignment (the
+    16-byte path is chosen per call from the actual pointers and leading dimensions)."""
     if kernel is not None:
-        spec = registry.get(kernel)
-        if spec.aligned16:
-            for op, lay in operands:
-                if not _aligned16(op, lay):
-                    raise ValueError(
-                        f"kernel={kernel!r} needs 16-byte aligned operands whose leading dimension "
-                        f"is a multiple of 4, and {op.name} is not (address {op.ptr:#x}, leading "
-                        f"dimension {lay[1]}); pass kernel=None to use one that handles it"
-                    )
+        registry.get(kernel)  # unknown names raise here
         return kernel
-    aligned = all(_aligned16(op, lay) for op, lay in operands)
-    for name in registry.best_order():
-        if aligned or not registry.get(name).aligned16:
-            return name
-    raise AssertionError("no kernel registered")  # pragma: no cover
+    if config:
+        raise ValueError("config= sets a kernel's parameters, so it needs kernel= too")
+    return registry.best_order()[0]
+
+
+def vector_width(*operands: tuple) -> int:
+    """4 when every (pointer, leading dimension) allows 16-byte accesses, else 1."""
+    return 4 if all(ptr % 16 == 0 and ld % 4 == 0 for ptr, ld in operands) else 1
 
 
 # --------------------------------------------------------------------------- launching
@@ -158,19 +153,19 @@ def choose_kernel(kernel: str | None, operands: list) -> str:
 class _Launcher:
     """One kernel, one layout, one device: compiled, loaded and checked once."""
 
-    def __init__(self, name: str, layout: str, device: int):
+    def __init__(self, name: str, layout: str, vec: int, device: int, config: tuple = ()):
         spec = registry.get(name)
         props = runtime.device_properties(device)
-        self.params = spec.params()
+        self.params = spec.params(dict(config))
         spec.check(self.params, registry.Limits.from_props(props))
         self.spec = spec
         self.block = spec.block(self.params)
         self.smem = spec.smem(self.params)
-        self.kernel = runtime.load(spec.compile(self.params, layout, arch=props.arch), device)
+        self.kernel = runtime.load(spec.compile(self.params, layout, arch=props.arch, vec=vec), device)
 
     def __call__(self, M, N, K, pa, lda, pb, ldb, pc, ldc, stream) -> None:
         grid = self.spec.grid(M, N, self.params)
-        if grid[1] > 65535 or grid[2] > 65535:
+        if grid[1] > 65535 or grid[0] > 2**31 - 1:
             raise ValueError(f"M = {M} is too large for {self.spec.name}'s grid (at most 65535 block rows)")
         i32, i64, u64 = np.int32, np.int64, np.uint64
         self.kernel(grid, self.block,
@@ -182,12 +177,12 @@ _launchers: dict[tuple, _Launcher] = {}
 _launch_lock = threading.Lock()
 
 
-def launcher(name: str, layout: str, device: int) -> _Launcher:
-    key = (name, layout, device)
+def launcher(name: str, layout: str, vec: int, device: int, config: tuple = ()) -> _Launcher:
+    key = (name, layout, vec, device, config)
     fn = _launchers.get(key)
     if fn is None:
         with _launch_lock:
-            fn = _launchers.get(key) or _Launcher(name, layout, device)
+            fn = _launchers.get(key) or _Launcher(name, layout, vec, device, config)
             _launchers[key] = fn
     return fn
 
@@ -240,7 +235,7 @@ def execute(p: Plan):
     if p.device == UNKNOWN:
         a, b = _resolve_device(a), _resolve_device(b)
         out = _resolve_device(out) if out is not None else None
-        p = plan(a, b, out, p.kernel)
+        p = plan(a, b, out, p.kernel, dict(p.config))
     host = a.on_host
     device = cupy.cuda.runtime.getDevice() if host else p.device
     with cupy.cuda.Device(device):
@@ -257,7 +252,7 @@ def execute(p: Plan):
                 if p.K == 0:
                     cupy.asarray(result).fill(0)
                 else:
-                    _launch(p.kernel, p.M, p.N, p.K, a, lay_a, b, lay_b, o, lay_o, device, stream)
+                    _launch(p, a, lay_a, b, lay_b, o, lay_o, device, stream)
             if host:
                 res = result.get(stream=stream)
                 if out is None:
@@ -267,16 +262,18 @@ def execute(p: Plan):
     return result
 
 
-def _launch(name, M, N, K, a, lay_a, b, lay_b, o, lay_o, device, stream) -> None:
+def _launch(p: Plan, a, lay_a, b, lay_b, o, lay_o, device, stream) -> None:
+    M, N, K = p.M, p.N, p.K
     if lay_o[0] == "T":  # column-major C: compute C^T (row-major N x M) = B^T A^T
         flip = {"N": "T", "T": "N"}
         a, lay_a, b, lay_b = b, (flip[lay_b[0]], lay_b[1]), a, (flip[lay_a[0]], lay_a[1])
         M, N = N, M
-    fn = launcher(name, lay_a[0] + lay_b[0], device)
+    vec = vector_width((a.ptr, lay_a[1]), (b.ptr, lay_b[1]), (o.ptr, lay_o[1]))
+    fn = launcher(p.kernel, lay_a[0] + lay_b[0], vec, device, p.config)
     fn(M, N, K, a.ptr, lay_a[1], b.ptr, lay_b[1], o.ptr, lay_o[1], stream)
 
 
-def matmul(a, b, *, out=None, kernel: str | None = None):
+def matmul(a, b, *, out=None, kernel: str | None = None, config: dict | None = None):
     """``a @ b`` for 2-D float32 arrays, in FP32 on the GPU.
 
     a: M x K, b: K x N; NumPy, CuPy, torch CUDA tensors, or anything with
@@ -284,13 +281,15 @@ def matmul(a, b, *, out=None, kernel: str | None = None):
     NumPy out; a CUDA-array-interface or DLPack object gives a CuPy array).  GPU arrays are read in
     place in any row- or column-major layout (``a.T`` included); no input is modified.
     ``out``: optional M x N float32 array to write into.  ``kernel``: a kernel name
-    (``tilegemm.kernels()``); by default the best one available.
+    (``tilegemm.kernels()``); by default the best one available.  ``config``: that kernel's
+    parameters (e.g. ``{"bm": 64, "bk": 16, "bn": 64, "rm": 4, "rn": 4}`` for
+    ``05_double_buffered``), checked against its declared constraints.
     """
     a, b = _from_dlpack(a, "a"), _from_dlpack(b, "b")
     out = _from_dlpack(out, "out") if out is not None else None
     A, B = describe(a, "a"), describe(b, "b")
     O = describe(out, "out") if out is not None else None
-    return execute(plan(A, B, O, kernel))
+    return execute(plan(A, B, O, kernel, config))
 
 
 def _from_dlpack(x, name: str):

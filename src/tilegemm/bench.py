@@ -37,6 +37,7 @@ class Row:
     cublas_tflops: float
     ratio: float
     rel_err: float
+    config: dict | None = None  # kernel parameters, where not the kernel's defaults
 
 
 def parse_size(text: str) -> tuple[int, int, int]:
@@ -111,7 +112,8 @@ def _n_sets(M, N, K, batch=1) -> int:
 
 
 def measure(kernels, M, N, K, layout="NN", progress=None) -> list[Row]:
-    """cuBLAS first, then each kernel: checked against float64, then timed. One Row each."""
+    """cuBLAS first, then each kernel (a name, or (name, config)): checked against float64, then
+    timed.  One Row each."""
     cupy = _cupy()
     n_sets = _n_sets(M, N, K)
     sets = [make_operands(M, N, K, layout) for _ in range(n_sets)]
@@ -135,9 +137,11 @@ def measure(kernels, M, N, K, layout="NN", progress=None) -> list[Row]:
     rows.append(Row("cublas", M, N, K, layout, 1, ref_tflops, ms, ref_tflops, 1.0, err))
     if progress:
         progress(rows[-1])
-    for name in kernels:
-        def ours(a, b, out, name=name):
-            api.matmul(a, b, out=out, kernel=name)
+    for entry in kernels:
+        name, config = (entry, None) if isinstance(entry, str) else entry
+
+        def ours(a, b, out, name=name, config=config):
+            api.matmul(a, b, out=out, kernel=name, config=config)
 
         err = check(ours)
         if not err < TOLERANCE:
@@ -145,7 +149,7 @@ def measure(kernels, M, N, K, layout="NN", progress=None) -> list[Row]:
         else:
             ms = time_launches(lambda i: ours(*sets[i], outs[i]), n_sets)
         tflops = flop / ms / 1e9
-        rows.append(Row(name, M, N, K, layout, 1, tflops, ms, ref_tflops, tflops / ref_tflops, err))
+        rows.append(Row(name, M, N, K, layout, 1, tflops, ms, ref_tflops, tflops / ref_tflops, err, config))
         if progress:
             progress(rows[-1])
     return rows

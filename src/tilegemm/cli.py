@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from . import __version__, registry, runtime
+from .errors import TilegemmError
 
 DEFAULT_SIZES = ["1024", "2048", "4096", "4095"]
 
@@ -28,7 +29,7 @@ def _static_table(names, arch: str) -> Table:
     return table
 
 
-def _add_columns(table: Table, cols, left=("kernel", "shape", "layout", "what it does")) -> None:
+def _add_columns(table: Table, cols, left=("kernel", "shape", "layout", "what it does", "what changed")) -> None:
     for col in cols:
         if col in ("kernel", "shape"):  # identifiers: never truncated
             table.add_column(col, no_wrap=True, min_width=15 if col == "kernel" else 14)
@@ -84,6 +85,78 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def _occupancy_text(spec, params, res, limits) -> str:
+    from .occupancy import occupancy
+
+    occ = occupancy(spec.threads(params), res.registers, res.shared_bytes + spec.smem(params), limits)
+    return f"{occ.blocks} x {spec.threads(params)} thr ({100 * occ.fraction(limits):.0f}%, {occ.limiter})"
+
+
+def _static_ladder_table(names, arch: str) -> Table:
+    limits = registry.Limits.for_arch(arch)
+    table = Table(title=f"The ladder compiled for {arch} (no GPU: static columns only)")
+    _add_columns(table, ("kernel", "regs", "smem B", "spills B", "occupancy/SM", "what changed"))
+    for name in names:
+        spec = registry.get(name)
+        params = spec.params()
+        r = spec.compile(params, arch=arch).resources
+        table.add_row(name, str(r.registers), str(r.shared_bytes + spec.smem(params)), str(r.spills),
+                      _occupancy_text(spec, params, r, limits), spec.summary)
+    return table
+
+
+def cmd_ladder(args) -> int:
+    from . import bench, ladder
+
+    names = args.kernels or sorted(registry.RUNGS)
+    for n in names:
+        registry.get(n)
+    sizes = [bench.parse_size(s) for s in args.sizes]
+    if not runtime.have_gpu():
+        console.print(_static_ladder_table(names, args.arch or "sm_90"))
+        console.print("[yellow]No CUDA GPU here: static columns only; timings, checks and the "
+                      "measured FP32 peak need a GPU.[/yellow]")
+        return 0
+    from rich.progress import Progress
+
+    seed_cfgs = [] if args.no_seed_table else [("05_double_buffered", ladder.seed001_config(t))
+                                               for t, _, _ in ladder.SEED001_TABLE]
+    rows = []
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("ladder", total=1 + len(sizes) * (len(names) + 1) + len(seed_cfgs) + 1)
+        peak = ladder.measure_fp32_peak()
+        progress.advance(task)
+        for (M, N, K) in sizes:
+            rows += bench.measure(names, M, N, K, "NN", progress=lambda r: progress.advance(task))
+        if seed_cfgs:
+            rows += bench.measure(seed_cfgs, 4096, 4096, 4096, "NN", progress=lambda r: progress.advance(task))
+    props = runtime.device_properties()
+    table = Table(title=f"The SGEMM ladder on {props.name}: FP32 FFMA peak measured {peak:.1f} TFLOPS")
+    _add_columns(table, ("kernel", "shape", "TFLOPS", "% of cuBLAS", "% of peak", "rel. error", "what changed"))
+    for r in rows:
+        if r.config:
+            continue
+        what = "reference" if r.kernel == "cublas" else registry.get(r.kernel).summary
+        table.add_row(r.kernel, f"{r.M}x{r.N}x{r.K}", _fmt(r.tflops), _fmt(100 * r.ratio, "{:.1f}%"),
+                      _fmt(100 * r.tflops / peak, "{:.1f}%"), _fmt(r.rel_err, "{:.1e}"), what)
+    console.print(table)
+    if seed_cfgs:
+        seed = Table(title="seed 001 §3 parameter table, 05_double_buffered at 4096³")
+        _add_columns(seed, ("bm/bk/bn/rm/rn", "TFLOPS", "% of cuBLAS", "seed (V100) % of cuBLAS"))
+        for (t, _, pct), r in zip(ladder.SEED001_TABLE, [r for r in rows if r.config]):
+            seed.add_row("/".join(map(str, t)), _fmt(r.tflops), _fmt(100 * r.ratio, "{:.1f}%"), f"{pct}%")
+        console.print(seed)
+    failed = [r for r in rows if not r.rel_err < bench.TOLERANCE]
+    if not args.no_write:
+        doc = bench.results_document(rows, fp32_peak_tflops=peak)
+        path = bench.write_results(doc, args.out, args.tag)
+        ladder.plot(doc, path.with_suffix(".png"))
+        console.print(f"results written to {path} and {path.with_suffix('.png')}")
+    for r in failed:
+        console.print(f"[red]FAILED[/red] {r.kernel} {r.config or ''} {r.M}x{r.N}x{r.K}: relative error {r.rel_err:.2e}")
+    return 1 if failed else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tilegemm", description="FP32 GEMM kernels for NVIDIA GPUs")
     parser.add_argument("--version", action="version", version=f"tilegemm {__version__}")
@@ -103,6 +176,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-write", action="store_true", help="print only, write no results file")
     p.add_argument("--arch", help="arch for the GPU-free compile (default sm_90)")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("ladder", help="every rung of the optimization ladder beside cuBLAS, plus the FP32 peak",
+                       description="On a GPU: measure the FP32 FFMA peak, verify and time every rung "
+                       "beside cuBLAS, reproduce the seed-001 parameter table on rung 5 at 4096^3, "
+                       "print the tables, write the results JSON and a PNG plot. Without a GPU: "
+                       "registers, shared memory, spills and theoretical occupancy.")
+    p.add_argument("--sizes", nargs="+", default=DEFAULT_SIZES, metavar="SIZE",
+                   help="N (square) or MxNxK; default: %(default)s")
+    p.add_argument("--kernels", nargs="+", metavar="NAME", help="default: every rung")
+    p.add_argument("--no-seed-table", action="store_true", help="skip the seed-001 table on rung 5")
+    p.add_argument("--out", default="benchmarks/results", help="results folder; default: %(default)s")
+    p.add_argument("--tag", default="ladder", help="suffix of the results file name; default: %(default)s")
+    p.add_argument("--no-write", action="store_true", help="print only")
+    p.add_argument("--arch", help="arch for the GPU-free columns (default sm_90)")
+    p.set_defaults(func=cmd_ladder)
     return parser
 
 
@@ -113,6 +201,9 @@ def main(argv=None) -> int:
     except (ValueError, TypeError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 2
+    except TilegemmError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 1
 
 
 if __name__ == "__main__":

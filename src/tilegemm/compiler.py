@@ -161,7 +161,7 @@ _RE_FUNC = re.compile(r"Function properties for (\S+)")
 _RE_STACK = re.compile(
     r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads"
 )
-_RE_USED = re.compile(r"Used (\d+) registers(?:, used (\d+) barriers)?(?:, (\d+) bytes smem)?")
+_RE_USED = re.compile(r"Used (\d+) registers(?:, used (\d+) barriers)?(?:, \d+ bytes cumulative stack size)?(?:, (\d+) bytes smem)?")
 
 
 def parse_resources(log: str, entry: str) -> Resources:

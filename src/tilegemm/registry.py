@@ -71,7 +71,8 @@ class KernelSpec:
     tile: Callable[[dict], tuple[int, int]]  # (rows of C, cols of C) per block
     smem: Callable[[dict], int] = lambda p: 0  # dynamic shared memory per block, bytes
     constraints: tuple[Constraint, ...] = ()
-    aligned16: bool = False  # needs 16-byte aligned operands (float4 path)
+    vec: bool = False  # takes TG_VEC: 4 = 16-byte loads/stores (aligned operands), 1 = 4-byte
+    linear_grid: bool = False  # 1-D grid of all tiles (the kernel maps block index -> tile)
     entry: str = "tilegemm_kernel"
     seed: str = ""
 
@@ -95,27 +96,36 @@ class KernelSpec:
                 f"{self.name} with {params} breaks: " + "; ".join(bad)
             )
 
-    def defines(self, params: dict, layout: str = "NN") -> dict:
+    def defines(self, params: dict, layout: str = "NN", vec: int = 4) -> dict:
         if layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
         d = {k.upper(): v for k, v in params.items()}
         d["TG_TRANS_A"] = int(layout[0] == "T")
         d["TG_TRANS_B"] = int(layout[1] == "T")
+        if self.vec:
+            if vec not in (1, 4):
+                raise ValueError(f"vec must be 4 or 1, got {vec!r}")
+            d["TG_VEC"] = vec
         return d
 
     def compile(self, params: dict | None = None, layout: str = "NN", arch=None,
-                use_cache: bool = True) -> compiler.CompiledKernel:
+                use_cache: bool = True, vec: int = 4) -> compiler.CompiledKernel:
         p = self.params(params)
         arch = compiler.normalize_arch(arch)
         self.check(p, Limits.for_arch(arch))
         return compiler.compile_file(
-            self.file, entry=self.entry, defines=self.defines(p, layout), arch=arch,
+            self.file, entry=self.entry, defines=self.defines(p, layout, vec), arch=arch,
             use_cache=use_cache,
         )
 
+    def threads(self, params: dict) -> int:
+        x, y, z = self.block(params)
+        return x * y * z
+
     def grid(self, M: int, N: int, params: dict) -> tuple[int, int, int]:
         bm, bn = self.tile(params)
-        return ((N + bn - 1) // bn, (M + bm - 1) // bm, 1)
+        gm, gn = (M + bm - 1) // bm, (N + bn - 1) // bn
+        return (gm * gn, 1, 1) if self.linear_grid else (gn, gm, 1)
 
 
 RUNGS: dict[str, KernelSpec] = {}
@@ -156,6 +166,103 @@ _register(KernelSpec(
         Constraint("2 * tile^2 * 4 bytes <= shared memory per block",
                    lambda p, lim: 8 * p["tile"] ** 2 <= lim.smem_per_block_optin),
         Constraint("tile >= 1", lambda p, lim: p["tile"] >= 1),
+    ),
+))
+
+
+def _c(text, fn):
+    return Constraint(text, fn)
+
+
+_STATIC_SMEM = 48 * 1024
+
+_register(KernelSpec(
+    name="03_register_blocked",
+    file="03_register_blocked.cu",
+    summary="128x128 block tile, BK=8, 8x8 outputs per thread from registers",
+    seed="002 §4 (sgemm_V1)",
+    defaults={},
+    block=lambda p: (256, 1, 1),
+    tile=lambda p: (128, 128),
+))
+
+_register(KernelSpec(
+    name="04_vectorized",
+    file="04_vectorized.cu",
+    summary="float4 global and shared loads, A transposed in shared memory",
+    seed="001 §2.2; 002 §5.2",
+    defaults={},
+    block=lambda p: (256, 1, 1),
+    tile=lambda p: (128, 128),
+    vec=True,
+))
+
+
+def _seed001_threads(p):
+    return (p["bm"] // p["rm"]) * (p["bn"] // p["rn"])
+
+
+_register(KernelSpec(
+    name="05_double_buffered",
+    file="05_double_buffered.cu",
+    summary="two shared buffers + two register fragments, one barrier per K step",
+    seed="001 §1.2-2.4, §3",
+    defaults={"bm": 128, "bk": 8, "bn": 128, "rm": 8, "rn": 8},
+    block=lambda p: (_seed001_threads(p), 1, 1),
+    tile=lambda p: (p["bm"], p["bn"]),
+    vec=True,
+    constraints=(
+        _c("rm and rn are multiples of 4 (LDS.128 fragments)", lambda p, lim: p["rm"] % 4 == 0 and p["rn"] % 4 == 0 and p["rm"] > 0 and p["rn"] > 0),
+        _c("bm % rm == 0 and bn % rn == 0", lambda p, lim: p["bm"] % p["rm"] == 0 and p["bn"] % p["rn"] == 0),
+        _c("bk is a positive multiple of 4", lambda p, lim: p["bk"] > 0 and p["bk"] % 4 == 0),
+        _c("(bm/rm)*(bn/rn) threads <= max threads per block",
+           lambda p, lim: _seed001_threads(p) <= lim.max_threads_per_block),
+        _c("bm*bk and bk*bn split into whole float4s per thread",
+           lambda p, lim: (p["bm"] * p["bk"]) % (4 * _seed001_threads(p)) == 0
+           and (p["bk"] * p["bn"]) % (4 * _seed001_threads(p)) == 0),
+        _c("2 buffers * bk*(bm+bn) * 4 bytes <= 48 KB static shared memory",
+           lambda p, lim: 8 * p["bk"] * (p["bm"] + p["bn"]) <= _STATIC_SMEM),
+    ),
+))
+
+_register(KernelSpec(
+    name="06_warp_tiled",
+    file="06_warp_tiled.cu",
+    summary="4x8 warps, 8x8 split into four 4x4 patches: conflict-free LDS.128",
+    seed="002 §5.2",
+    defaults={},
+    block=lambda p: (256, 1, 1),
+    tile=lambda p: (128, 128),
+    vec=True,
+))
+
+_register(KernelSpec(
+    name="07_maxas",
+    file="07_maxas.cu",
+    summary="C staged through shared memory: whole 128-B lines per store",
+    seed="003; 000 (maxas part 9)",
+    defaults={},
+    block=lambda p: (256, 1, 1),
+    tile=lambda p: (128, 128),
+    vec=True,
+))
+
+_register(KernelSpec(
+    name="08_hopper",
+    file="08_hopper.cu",
+    summary="block swizzle for L2 reuse, tile depth and occupancy chosen by measurement",
+    seed="beyond the seeds (docs/perf-notes.md)",
+    defaults={"bk": 8, "swizzle": 8, "minb": -1},
+    block=lambda p: (256, 1, 1),
+    tile=lambda p: (128, 128),
+    vec=True,
+    linear_grid=True,
+    constraints=(
+        _c("bk is 8, 12 or 16", lambda p, lim: p["bk"] in (8, 12, 16)),
+        _c("swizzle >= 0", lambda p, lim: p["swizzle"] >= 0),
+        _c("minb is -1 (per arch), 0 (no request), 1 or 2", lambda p, lim: p["minb"] in (-1, 0, 1, 2)),
+        _c("2 buffers * bk*(128+4)*2 * 4 bytes <= 48 KB static shared memory",
+           lambda p, lim: 2 * p["bk"] * 132 * 2 * 4 <= _STATIC_SMEM),
     ),
 ))
 

@@ -158,3 +158,44 @@ def test_strided_gpu_view_is_refused(cp):
     a = cp.ones((8, 8), np.float32)[::2, ::2]
     with pytest.raises(ValueError, match="would need a copy"):
         tilegemm.matmul(a, cp.ones((4, 4), np.float32))
+
+
+SEED001 = [(64, 16, 64, 4, 4), (64, 32, 64, 4, 4), (64, 4, 64, 8, 8), (64, 8, 64, 8, 8),
+           (64, 16, 64, 8, 8), (64, 32, 64, 8, 8), (128, 16, 128, 8, 8), (128, 8, 128, 8, 8)]
+ODD = [(1, 1, 1), (67, 129, 31), (255, 65, 130), (1000, 999, 77), (64, 64, 64), (130, 3, 1025), (4095, 33, 17)]
+
+
+@pytest.mark.parametrize("cfg", SEED001)
+def test_rung5_seed001_configs(cp, cfg):
+    config = dict(zip(("bm", "bk", "bn", "rm", "rn"), cfg))
+    rng = np.random.default_rng()
+    for i, (M, N, K) in enumerate(ODD):
+        layout = LAYOUTS[i % 4]
+        a, b = operand(cp, rng, M, K, layout[0] == "T"), operand(cp, rng, K, N, layout[1] == "T")
+        out = cp.full((M, N), np.nan, dtype=np.float32)
+        tilegemm.matmul(a, b, out=out, kernel="05_double_buffered", config=config)
+        err = rel_err(cp, out, a, b)
+        assert err < TOL, (cfg, (M, N, K), layout, err)
+
+
+@pytest.mark.parametrize("config", [{"swizzle": 0}, {"swizzle": 4}, {"swizzle": 16}, {"bk": 16, "minb": 0},
+                                    {"minb": 0}])
+def test_rung8_variants(cp, config):
+    rng = np.random.default_rng()
+    for i, (M, N, K) in enumerate(ODD + [(1030, 2050, 300)]):
+        layout = LAYOUTS[i % 4]
+        a, b = operand(cp, rng, M, K, layout[0] == "T"), operand(cp, rng, K, N, layout[1] == "T")
+        out = cp.full((M, N), np.nan, dtype=np.float32)
+        tilegemm.matmul(a, b, out=out, kernel="08_hopper", config=config)
+        assert rel_err(cp, out, a, b) < TOL, (config, (M, N, K), layout)
+
+
+@pytest.mark.parametrize("kernel", [k for k in sorted(registry.RUNGS) if k >= "04"])
+def test_unaligned_operands_take_the_narrow_path(cp, kernel):
+    rng = np.random.default_rng()
+    M, N, K = 300, 260, 129
+    a = cp.asarray(rng.standard_normal((M, K + 1), dtype=np.float32))[:, 1:]  # starts 4 bytes in
+    b = cp.asarray(rng.standard_normal((K, N + 3), dtype=np.float32))[:, :N]  # ld = N + 3
+    out = cp.full((M, N + 1), np.nan, dtype=np.float32)[:, 1:]  # unaligned output too
+    tilegemm.matmul(a, b, out=out, kernel=kernel)
+    assert rel_err(cp, out, a, b) < TOL

@@ -10,10 +10,13 @@ import sys
 
 from tilegemm import bench
 
-VARIANTS = [("06_warp_tiled", None), ("07_maxas", None)] + [
-    ("08_hopper", {"bk": bk, "swizzle": sw, "minb": mb})
-    for bk, sw, mb in itertools.product((8,), (0, 4, 8, 16), (2,))
-] + [("08_hopper", {"bk": 8, "swizzle": 8, "minb": 0}), ("08_hopper", {"bk": 16, "swizzle": 8, "minb": 0})]
+VARIANTS = (
+    [("05_double_buffered", {"bm": 128, "bk": 16, "bn": 128, "rm": 8, "rn": 8})]
+    + [("06_warp_tiled", {"bk": bk, "ldg_cg": cg}) for bk, cg in itertools.product((8, 16), (0, 1))]
+    + [("07_maxas", {"bk": bk, "ldg_cg": cg}) for bk, cg in itertools.product((8, 16), (0, 1))]
+    + [("08_hopper", {"bk": bk, "minb": mb, "swizzle": 8, "ldg_cg": cg})
+       for (bk, mb), cg in itertools.product(((8, -1), (16, 1), (16, 0)), (0, 1))]
+)
 
 
 def main():

@@ -13,7 +13,10 @@
 
 #define BM 128
 #define BN 128
+#ifndef BK
 #define BK 8
+#endif
+static_assert(BK % 4 == 0 && BK >= 8, "BK: 8, 12, 16...");
 #define NT 256
 #define PAD 4
 #define LDA_S (BM + PAD)
@@ -73,13 +76,13 @@ extern "C" __global__ void __launch_bounds__(NT) tilegemm_kernel(TG_GEMM_PARAMS)
             tb.store<LDB_S>(&Bs[buf ^ 1][0][0], tid);
             __syncthreads();
             buf ^= 1;
-            frag8(a[0], As[buf][0], tr * 4);
-            frag8(b[0], Bs[buf][0], tc * 4);
+            frag8(a[BK % 2], As[buf][0], tr * 4);
+            frag8(b[BK % 2], Bs[buf][0], tc * 4);
         }
 #pragma unroll
         for (int i = 0; i < 8; ++i)
 #pragma unroll
-            for (int j = 0; j < 8; ++j) acc[i][j] += a[1][i] * b[1][j];
+            for (int j = 0; j < 8; ++j) acc[i][j] += a[(BK - 1) % 2][i] * b[(BK - 1) % 2][j];
     }
     // acc[i][j]: row (i < 4 ? tr*4 + i : 64 + tr*4 + i-4), column (j < 4 ? tc*4 + j : 64 + tc*4 + j-4)
 #pragma unroll

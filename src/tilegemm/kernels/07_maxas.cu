@@ -18,7 +18,10 @@
 
 #define BM 128
 #define BN 128
+#ifndef BK
 #define BK 8
+#endif
+static_assert(BK % 4 == 0 && BK >= 8, "BK: 8, 12, 16...");
 #define NT 256
 #define PAD 4
 #define LDA_S (BM + PAD)
@@ -83,10 +86,10 @@ extern "C" __global__ void __launch_bounds__(NT) tilegemm_kernel(TG_GEMM_PARAMS)
             tb.store<LDB_S>(&Bs[buf ^ 1][0][0], tid);
             __syncthreads();
             buf ^= 1;
-            frag8(a[0], As[buf][0], tr * 4);
-            frag8(b[0], Bs[buf][0], tc * 4);
+            frag8(a[BK % 2], As[buf][0], tr * 4);
+            frag8(b[BK % 2], Bs[buf][0], tc * 4);
         }
-        outer8(acc, a[1], b[1]);
+        outer8(acc, a[(BK - 1) % 2], b[(BK - 1) % 2]);
     }
     // Epilogue through shared memory.  acc[i][j] belongs to row (i/4)*64 + tr*4 + i%4 and column
     // (j/4)*64 + tc*4 + j%4.  For each i the warp's 32 threads hold 4 rows x 64 columns.

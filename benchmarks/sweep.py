@@ -11,11 +11,10 @@ import sys
 from tilegemm import bench
 
 VARIANTS = (
-    [("05_double_buffered", {"bm": 128, "bk": 16, "bn": 128, "rm": 8, "rn": 8})]
-    + [("06_warp_tiled", {"bk": bk, "ldg_cg": cg}) for bk, cg in itertools.product((8, 16), (0, 1))]
-    + [("07_maxas", {"bk": bk, "ldg_cg": cg}) for bk, cg in itertools.product((8, 16), (0, 1))]
-    + [("08_hopper", {"bk": bk, "minb": mb, "swizzle": 8, "ldg_cg": cg})
-       for (bk, mb), cg in itertools.product(((8, -1), (16, 1), (16, 0)), (0, 1))]
+    [("05_double_buffered", {"bm": 128, "bk": bk, "bn": 128, "rm": 8, "rn": 8}) for bk in (8, 16)]
+    + [(name, {"bk": bk}) for name in ("06_warp_tiled", "07_maxas") for bk in (8, 16)]
+    + [("08_hopper", {"bk": bk, "minb": mb, "swizzle": sw})
+       for bk, mb, sw in ((8, -1, 0), (8, -1, 4), (8, -1, 8), (8, -1, 16), (8, 0, 8), (16, 1, 8))]
 )
 
 

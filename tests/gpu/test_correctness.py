@@ -179,7 +179,7 @@ def test_rung5_seed001_configs(cp, cfg):
 
 
 @pytest.mark.parametrize("config", [{"swizzle": 0}, {"swizzle": 4}, {"swizzle": 16}, {"bk": 16, "minb": 0},
-                                    {"minb": 0}])
+                                    {"minb": 0}, {"bk": 12, "minb": 1}])
 def test_rung8_variants(cp, config):
     rng = np.random.default_rng()
     for i, (M, N, K) in enumerate(ODD + [(1030, 2050, 300)]):
@@ -199,3 +199,15 @@ def test_unaligned_operands_take_the_narrow_path(cp, kernel):
     out = cp.full((M, N + 1), np.nan, dtype=np.float32)[:, 1:]  # unaligned output too
     tilegemm.matmul(a, b, out=out, kernel=kernel)
     assert rel_err(cp, out, a, b) < TOL
+
+
+@pytest.mark.parametrize("kernel", ["06_warp_tiled", "07_maxas"])
+@pytest.mark.parametrize("bk", [8, 12])
+def test_warp_tiled_depths(cp, kernel, bk):
+    rng = np.random.default_rng()
+    for i, (M, N, K) in enumerate(ODD):
+        layout = LAYOUTS[i % 4]
+        a, b = operand(cp, rng, M, K, layout[0] == "T"), operand(cp, rng, K, N, layout[1] == "T")
+        out = cp.full((M, N), np.nan, dtype=np.float32)
+        tilegemm.matmul(a, b, out=out, kernel=kernel, config={"bk": bk})
+        assert rel_err(cp, out, a, b) < TOL, (kernel, bk, (M, N, K), layout)

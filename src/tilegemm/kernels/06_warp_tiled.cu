@@ -7,14 +7,15 @@
 // consecutive float4 per quarter-warp, one contiguous 128-byte row: no bank conflicts.  Stores
 // into shared memory that transpose a tile (A when row-major, B when column-major) are padded by 4
 // words per row (As[k][BM+4]) so the two halves of a warp land in different banks.
-// Same double buffering as rung 5; fixed tile 128/8/128 with 8 x 8 per thread.
+// Same double buffering as rung 5; tile 128 x 128 x BK (-D BK, default 16; 16 measured 15% faster
+// than 8 at 4096^3, docs/perf-notes.md) with 8 x 8 outputs per thread.
 // Edges: unchecked interior path, zero-filled loads and checked stores at the edges; any M, N, K.
 #include "tg_tiles.cuh"
 
 #define BM 128
 #define BN 128
 #ifndef BK
-#define BK 8
+#define BK 16
 #endif
 static_assert(BK % 4 == 0 && BK >= 8, "BK: 8, 12, 16...");
 #define NT 256

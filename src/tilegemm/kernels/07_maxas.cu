@@ -10,7 +10,7 @@
 //   under a 2-blocks/SM cap, so the plain order stays (docs/perf-notes.md).
 // - Occupancy: at most 128 registers a thread keeps two blocks per SM; ptxas meets that on sm_90
 //   without a __launch_bounds__ minimum (with one, sm_80 spilled), so none is set.
-// Kept from rungs 4-6: 256 threads, 128 x 128 tile, BK = 8, 4 x 8 warps with 4 x 4 patches (LDS.128
+// Kept from rungs 4-6: 256 threads, 128 x 128 tile, BK = 16 (-D BK), 4 x 8 warps with 4 x 4 patches (LDS.128
 // conflict-free), double buffering, zero-filled predicated loads at the edges (maxas relied on
 // texture loads returning 0 out of range; here the edge path does the same).
 // Edges: unchecked interior path; any M, N, K >= 1.
@@ -19,7 +19,7 @@
 #define BM 128
 #define BN 128
 #ifndef BK
-#define BK 8
+#define BK 16
 #endif
 static_assert(BK % 4 == 0 && BK >= 8, "BK: 8, 12, 16...");
 #define NT 256

@@ -4,8 +4,9 @@
 // - Block swizzle (-D SWIZZLE=G, 0 = off): blocks are numbered down groups of G block-rows before
 //   moving right, so the blocks resident at one time share A rows and B columns in the 50 MB L2
 //   instead of streaming a whole row of B tiles each.  The grid is 1-D; the map is below.
-// - Tile depth (-D BK=8 or 16): a deeper tile halves the barriers and the global-load bookkeeping
-//   per FFMA, at the cost of twice the shared memory.
+// - Tile depth (-D BK=8 or 16): rung 7 runs BK = 16 at one block per SM (175 registers); here two
+//   blocks per SM under a 128-register cap, where BK = 16 spills, so BK = 8 (measured: 2 blocks at
+//   BK = 8 beat 1 block at BK = 16 by 3%).
 // - Occupancy (-D MINB): blocks per SM requested from ptxas via __launch_bounds__ (0: no request;
 //   -1, the default: 2 on sm_90, where ptxas otherwise takes 173 registers and one block per SM,
 //   and none before sm_90, where the 128-register cap made ptxas spill).

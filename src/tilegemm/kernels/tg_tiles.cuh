@@ -12,14 +12,7 @@
 #ifndef TG_VEC
 #define TG_VEC 4
 #endif
-#ifndef LDG_CG
-#define LDG_CG 0  // 1: global loads skip L1 (ld.global.cg), 0: read-only path through L1 (__ldg)
-#endif
-#if LDG_CG
-#define TG_LDG(p) __ldcg(p)
-#else
-#define TG_LDG(p) __ldg(p)
-#endif
+
 static_assert(TG_VEC == 4 || TG_VEC == 1, "TG_VEC is 4 (float4 loads) or 1 (scalar loads)");
 
 // A ROWS x COLS block of a view whose element (r, c) lives at base[r * ld + c] (c contiguous),
@@ -52,15 +45,15 @@ struct GTile {
             const float *q = p + (i * RSTEP) * ld;
             if (!EDGE) {
                 if (TG_VEC == 4)
-                    v[i] = TG_LDG(reinterpret_cast<const float4 *>(q));
+                    v[i] = __ldg(reinterpret_cast<const float4 *>(q));
                 else
-                    v[i] = make_float4(TG_LDG(q), TG_LDG(q + 1), TG_LDG(q + 2), TG_LDG(q + 3));
+                    v[i] = make_float4(__ldg(q), __ldg(q + 1), __ldg(q + 2), __ldg(q + 3));
             } else {
                 const bool row_ok = r + i * RSTEP < rows;
-                v[i].x = (row_ok && c + 0 < cols) ? TG_LDG(q + 0) : 0.0f;
-                v[i].y = (row_ok && c + 1 < cols) ? TG_LDG(q + 1) : 0.0f;
-                v[i].z = (row_ok && c + 2 < cols) ? TG_LDG(q + 2) : 0.0f;
-                v[i].w = (row_ok && c + 3 < cols) ? TG_LDG(q + 3) : 0.0f;
+                v[i].x = (row_ok && c + 0 < cols) ? __ldg(q + 0) : 0.0f;
+                v[i].y = (row_ok && c + 1 < cols) ? __ldg(q + 1) : 0.0f;
+                v[i].z = (row_ok && c + 2 < cols) ? __ldg(q + 2) : 0.0f;
+                v[i].w = (row_ok && c + 3 < cols) ? __ldg(q + 3) : 0.0f;
             }
         }
     }

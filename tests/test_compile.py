@@ -220,3 +220,13 @@ def test_warp_tiled_rungs_stage_or_store_c_as_float4():
     assert _ops("06_warp_tiled")["STG.E.128"] == 16
     ops7 = _ops("07_maxas")
     assert ops7["STG.E.128"] == 16 and ops7["STS.128"] >= 16  # C goes through shared memory
+
+
+@pytest.mark.parametrize("name", ["05_double_buffered", "06_warp_tiled", "07_maxas", "08_hopper"])
+def test_every_depth_the_constraints_allow_compiles(name):
+    spec = registry.get(name)
+    lim = registry.Limits.for_arch("sm_90")
+    allowed = [bk for bk in range(4, 40, 4) if not spec.violations(spec.params({"bk": bk}), lim)]
+    assert allowed
+    for bk in allowed:
+        assert spec.compile({"bk": bk}, arch="sm_90").resources.registers > 0

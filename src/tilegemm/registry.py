@@ -220,6 +220,8 @@ _register(KernelSpec(
         _c("bm*bk and bk*bn split into whole float4s per thread",
            lambda p, lim: (p["bm"] * p["bk"]) % (4 * _seed001_threads(p)) == 0
            and (p["bk"] * p["bn"]) % (4 * _seed001_threads(p)) == 0),
+        _c("threads divisible by bk/4, bm/4 and bn/4 (each thread loads float4s of one column)",
+           lambda p, lim: all(_seed001_threads(p) % (x // 4) == 0 for x in (p["bk"], p["bm"], p["bn"]))),
         _c("2 buffers * bk*(bm+bn) * 4 bytes <= 48 KB static shared memory",
            lambda p, lim: 8 * p["bk"] * (p["bm"] + p["bn"]) <= _STATIC_SMEM),
     ),
@@ -232,7 +234,7 @@ _register(KernelSpec(
     seed="002 §5.2",
     defaults={"bk": 16},
     constraints=(
-        _c("bk is 8, 12 or 16", lambda p, lim: p["bk"] in (8, 12, 16)),
+        _c("bk is 8 or 16 (a warp-wide float4 split of the tile)", lambda p, lim: p["bk"] in (8, 16)),
     ),
     block=lambda p: (256, 1, 1),
     tile=lambda p: (128, 128),
@@ -246,7 +248,7 @@ _register(KernelSpec(
     seed="003; 000 (maxas part 9)",
     defaults={"bk": 16},
     constraints=(
-        _c("bk is 8, 12 or 16", lambda p, lim: p["bk"] in (8, 12, 16)),
+        _c("bk is 8 or 16 (a warp-wide float4 split of the tile)", lambda p, lim: p["bk"] in (8, 16)),
     ),
     block=lambda p: (256, 1, 1),
     tile=lambda p: (128, 128),
@@ -264,7 +266,7 @@ _register(KernelSpec(
     vec=True,
     linear_grid=True,
     constraints=(
-        _c("bk is 8, 12 or 16", lambda p, lim: p["bk"] in (8, 12, 16)),
+        _c("bk is 8 or 16 (a warp-wide float4 split of the tile)", lambda p, lim: p["bk"] in (8, 16)),
         _c("swizzle >= 0", lambda p, lim: p["swizzle"] >= 0),
         _c("minb is -1 (per arch), 0 (no request), 1 or 2", lambda p, lim: p["minb"] in (-1, 0, 1, 2)),
         _c("2 buffers * bk*(128+4)*2 * 4 bytes <= 48 KB static shared memory",

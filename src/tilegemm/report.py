@@ -31,8 +31,9 @@ def _cell(r) -> str:
 
 
 def pivot_table(doc: dict) -> str:
-    """Kernels as rows, shapes as columns: TFLOPS (percent of cuBLAS)."""
-    rows = doc["rows"]
+    """Kernels as rows, shapes as columns: TFLOPS (percent of cuBLAS).  Rows run with a
+    non-default config (parameter studies) are left to their own views."""
+    rows = [r for r in doc["rows"] if not r.get("config")]
     shapes, kernels = [], []
     for r in rows:
         s = _shape(r)
@@ -54,10 +55,32 @@ def pivot_table(doc: dict) -> str:
         lines.append(f"| {k} | " + " | ".join(vals) + f" | {err} |")
     caption = (f"TFLOPS (percent of cuBLAS in the same run) on {doc['gpu']}, driver {doc['driver']}, "
                f"{doc['date']}; CuPy {doc['versions'].get('cupy')}, NVRTC {doc['versions'].get('nvrtc')}.")
+    if doc.get("fp32_peak_tflops"):
+        caption += f" FP32 FFMA peak measured in the same run: {doc['fp32_peak_tflops']:.1f} TFLOPS."
     return caption + "\n\n" + "\n".join(lines) + "\n"
 
 
-VIEWS = {"pivot": pivot_table}
+def seed001_table(doc: dict) -> str:
+    """Rung 5's parameter study at 4096^3 beside the seed's own V100 figures (seed 001 §3)."""
+    from .ladder import SEED001_TABLE
+
+    ours = {}
+    for r in doc["rows"]:
+        c = r.get("config")
+        if r["kernel"] == "05_double_buffered" and c:
+            ours[tuple(c[k] for k in ("bm", "bk", "bn", "rm", "rn"))] = r
+    lines = ["| bm/bk/bn/rm/rn | TFLOPS (ours) | % of cuBLAS (ours) | seed V100 GFLOPS | seed % of cuBLAS |",
+             "|---|---|---|---|---|"]
+    for cfg, gflops, pct in SEED001_TABLE:
+        r = ours.get(cfg)
+        t = "-" if r is None or r.get("tflops") is None else f"{r['tflops']:.1f}"
+        q = "-" if r is None or r.get("ratio") is None else f"{100 * r['ratio']:.1f}%"
+        lines.append(f"| {'/'.join(map(str, cfg))} | {t} | {q} | {gflops:g} | {pct}% |")
+    return (f"05_double_buffered at 4096³ on {doc['gpu']} ({doc['date']}), beside seed 001's V100 table.\n\n"
+            + "\n".join(lines) + "\n")
+
+
+VIEWS = {"pivot": pivot_table, "seed001": seed001_table}
 
 
 def render(text: str, results_dir: Path) -> str:

@@ -179,7 +179,7 @@ def test_rung5_seed001_configs(cp, cfg):
 
 
 @pytest.mark.parametrize("config", [{"swizzle": 0}, {"swizzle": 4}, {"swizzle": 16}, {"bk": 16, "minb": 0},
-                                    {"minb": 0}, {"bk": 12, "minb": 1}])
+                                    {"minb": 0}, {"bk": 16, "minb": 1}])
 def test_rung8_variants(cp, config):
     rng = np.random.default_rng()
     for i, (M, N, K) in enumerate(ODD + [(1030, 2050, 300)]):
@@ -202,7 +202,7 @@ def test_unaligned_operands_take_the_narrow_path(cp, kernel):
 
 
 @pytest.mark.parametrize("kernel", ["06_warp_tiled", "07_maxas"])
-@pytest.mark.parametrize("bk", [8, 12])
+@pytest.mark.parametrize("bk", [8])
 def test_warp_tiled_depths(cp, kernel, bk):
     rng = np.random.default_rng()
     for i, (M, N, K) in enumerate(ODD):

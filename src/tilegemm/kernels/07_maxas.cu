@@ -21,7 +21,7 @@
 #ifndef BK
 #define BK 16
 #endif
-static_assert(BK % 4 == 0 && BK >= 8, "BK: 8, 12, 16...");
+static_assert(BK == 8 || BK == 16, "BK is 8 or 16");
 #define NT 256
 #define PAD 4
 #define LDA_S (BM + PAD)

@@ -227,52 +227,31 @@ _register(KernelSpec(
     ),
 ))
 
-_register(KernelSpec(
-    name="06_warp_tiled",
-    file="06_warp_tiled.cu",
-    summary="4x8 warps, 8x8 split into four 4x4 patches: conflict-free LDS.128",
-    seed="002 §5.2",
-    defaults={"bk": 16},
-    constraints=(
-        _c("bk is 8 or 16 (a warp-wide float4 split of the tile)", lambda p, lim: p["bk"] in (8, 16)),
-    ),
-    block=lambda p: (256, 1, 1),
-    tile=lambda p: (128, 128),
-    vec=True,
-))
+_BK_8_OR_16 = _c("bk is 8 or 16 (a warp-wide float4 split of the tile)", lambda p, lim: p["bk"] in (8, 16))
 
-_register(KernelSpec(
-    name="07_maxas",
-    file="07_maxas.cu",
-    summary="C staged through shared memory: whole 128-B lines per store",
-    seed="003; 000 (maxas part 9)",
-    defaults={"bk": 16},
-    constraints=(
-        _c("bk is 8 or 16 (a warp-wide float4 split of the tile)", lambda p, lim: p["bk"] in (8, 16)),
-    ),
-    block=lambda p: (256, 1, 1),
-    tile=lambda p: (128, 128),
-    vec=True,
-))
 
-_register(KernelSpec(
-    name="08_hopper",
-    file="08_hopper.cu",
-    summary="block swizzle for L2 reuse, tile depth and occupancy chosen by measurement",
-    seed="beyond the seeds (docs/perf-notes.md)",
-    defaults={"bk": 8, "swizzle": 8, "minb": -1},
-    block=lambda p: (256, 1, 1),
-    tile=lambda p: (128, 128),
-    vec=True,
+def _tile128(name: str, summary: str, seed: str, defaults: dict, *constraints, linear_grid=False) -> KernelSpec:
+    """Rungs 6-8: 256 threads, a 128 x 128 block tile, 8 x 8 outputs per thread, depth bk."""
+    return _register(KernelSpec(
+        name=name, file=f"{name}.cu", summary=summary, seed=seed, defaults=defaults,
+        block=lambda p: (256, 1, 1), tile=lambda p: (128, 128), vec=True, linear_grid=linear_grid,
+        constraints=(_BK_8_OR_16, *constraints),
+    ))
+
+
+_tile128("06_warp_tiled", "4x8 warps, 8x8 split into four 4x4 patches: conflict-free LDS.128",
+         "002 §5.2", {"bk": 16})
+_tile128("07_maxas", "C staged through shared memory: whole 128-B lines per store",
+         "003; 000 (maxas part 9)", {"bk": 16})
+_tile128(
+    "08_hopper", "block swizzle for L2 reuse, tile depth and occupancy chosen by measurement",
+    "beyond the seeds (docs/perf-notes.md)", {"bk": 8, "swizzle": 8, "minb": -1},
+    _c("swizzle >= 0", lambda p, lim: p["swizzle"] >= 0),
+    _c("minb is -1 (per arch), 0 (no request), 1 or 2", lambda p, lim: p["minb"] in (-1, 0, 1, 2)),
+    _c("2 buffers * bk*(128+4)*2 * 4 bytes <= 48 KB static shared memory",
+       lambda p, lim: 2 * p["bk"] * 132 * 2 * 4 <= _STATIC_SMEM),
     linear_grid=True,
-    constraints=(
-        _c("bk is 8 or 16 (a warp-wide float4 split of the tile)", lambda p, lim: p["bk"] in (8, 16)),
-        _c("swizzle >= 0", lambda p, lim: p["swizzle"] >= 0),
-        _c("minb is -1 (per arch), 0 (no request), 1 or 2", lambda p, lim: p["minb"] in (-1, 0, 1, 2)),
-        _c("2 buffers * bk*(128+4)*2 * 4 bytes <= 48 KB static shared memory",
-           lambda p, lim: 2 * p["bk"] * 132 * 2 * 4 <= _STATIC_SMEM),
-    ),
-))
+)
 
 
 def get(name: str) -> KernelSpec:

@@ -163,7 +163,6 @@ def test_validation_comes_before_the_gpu_check():
 
 
 def test_layouts_are_read_from_strides():
-    big = FakeCAI((10, 12))  # 10 x 12 row-major
     assert check(FakeCAI((4, 12)), FakeCAI((12, 5), ptr=0x7F1000000000)).layout_a == ("N", 12)
     # a transposed view of a 12 x 4 row-major array: column-major with ld 4
     p = check(FakeCAI((4, 12), strides=(4, 16)), FakeCAI((12, 5), ptr=0x7F1000000000))
@@ -171,7 +170,6 @@ def test_layouts_are_read_from_strides():
     # a column slice of a wider array keeps its leading dimension (no copy)
     p = check(FakeCAI((4, 6), strides=(48, 4)), FakeCAI((6, 5), ptr=0x7F1000000000))
     assert p.layout_a == ("N", 12)
-    del big
 
 
 @pytest.mark.parametrize("shape,strides,expected", [

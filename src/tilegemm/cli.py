@@ -16,20 +16,7 @@ DEFAULT_SIZES = ["1024", "2048", "4096", "4095"]
 console = Console()
 
 
-def _static_table(names, arch: str) -> Table:
-    table = Table(title=f"Kernels compiled for {arch} (NVRTC; no GPU needed)")
-    _add_columns(table, ("kernel", "regs", "static smem B", "dynamic smem B", "spills B", "stack B", "what it does"))
-    for name in names:
-        spec = registry.get(name)
-        params = spec.params()
-        k = spec.compile(params, arch=arch)
-        r = k.resources
-        table.add_row(name, str(r.registers), str(r.shared_bytes), str(spec.smem(params)),
-                      str(r.spills), str(r.stack_bytes), spec.summary)
-    return table
-
-
-def _add_columns(table: Table, cols, left=("kernel", "shape", "layout", "what it does", "what changed")) -> None:
+def _add_columns(table: Table, cols, left=("kernel", "shape", "layout", "what changed")) -> None:
     for col in cols:
         if col in ("kernel", "shape"):  # identifiers: never truncated
             table.add_column(col, no_wrap=True, min_width=15 if col == "kernel" else 14)
@@ -50,13 +37,28 @@ def _results_table(rows, title) -> Table:
     return table
 
 
-def cmd_bench(args) -> int:
-    from . import bench
+def _names_and_sizes(args):
+    """--kernels and --sizes, checked before any work (unknown names and bad sizes raise)."""
+    from .bench import parse_size
 
     names = args.kernels or sorted(registry.RUNGS)
     for n in names:
-        registry.get(n)  # unknown names fail here, before any work
-    sizes = [bench.parse_size(s) for s in args.sizes]
+        registry.get(n)
+    return names, [parse_size(s) for s in args.sizes]
+
+
+def _report_failures(rows, tolerance) -> int:
+    failed = [r for r in rows if not r.rel_err < tolerance]
+    for r in failed:
+        console.print(f"[red]FAILED[/red] {r.kernel} {r.config or ''} {r.M}x{r.N}x{r.K} {r.layout}: "
+                      f"relative error {r.rel_err:.2e} >= {tolerance:.0e}")
+    return 1 if failed else 0
+
+
+def cmd_bench(args) -> int:
+    from . import bench
+
+    names, sizes = _names_and_sizes(args)
     if not runtime.have_gpu():
         console.print(_static_table(names, args.arch or "sm_90"))
         console.print("[yellow]No CUDA GPU here: kernels compiled and their resources shown; "
@@ -73,16 +75,10 @@ def cmd_bench(args) -> int:
                                       progress=lambda r: progress.advance(task))
     props = runtime.device_properties()
     console.print(_results_table(rows, f"tilegemm bench on {props.name}"))
-    failed = [r for r in rows if not r.rel_err < bench.TOLERANCE]
     if not args.no_write:
         path = bench.write_results(bench.results_document(rows), args.out, args.tag)
         console.print(f"results written to {path}")
-    if failed:
-        for r in failed:
-            console.print(f"[red]FAILED[/red] {r.kernel} {r.M}x{r.N}x{r.K} {r.layout}: "
-                          f"relative error {r.rel_err:.2e} >= {bench.TOLERANCE:.0e}")
-        return 1
-    return 0
+    return _report_failures(rows, bench.TOLERANCE)
 
 
 def _occupancy_text(spec, params, res, limits) -> str:
@@ -92,9 +88,10 @@ def _occupancy_text(spec, params, res, limits) -> str:
     return f"{occ.blocks} x {spec.threads(params)} thr ({100 * occ.fraction(limits):.0f}%, {occ.limiter})"
 
 
-def _static_ladder_table(names, arch: str) -> Table:
+def _static_table(names, arch: str) -> Table:
+    """What needs no GPU: each kernel compiled for ``arch``, its resources and occupancy."""
     limits = registry.Limits.for_arch(arch)
-    table = Table(title=f"The ladder compiled for {arch} (no GPU: static columns only)")
+    table = Table(title=f"Kernels compiled for {arch} (NVRTC; no GPU needed)")
     _add_columns(table, ("kernel", "regs", "smem B", "spills B", "occupancy/SM", "what changed"))
     for name in names:
         spec = registry.get(name)
@@ -108,12 +105,9 @@ def _static_ladder_table(names, arch: str) -> Table:
 def cmd_ladder(args) -> int:
     from . import bench, ladder
 
-    names = args.kernels or sorted(registry.RUNGS)
-    for n in names:
-        registry.get(n)
-    sizes = [bench.parse_size(s) for s in args.sizes]
+    names, sizes = _names_and_sizes(args)
     if not runtime.have_gpu():
-        console.print(_static_ladder_table(names, args.arch or "sm_90"))
+        console.print(_static_table(names, args.arch or "sm_90"))
         console.print("[yellow]No CUDA GPU here: static columns only; timings, checks and the "
                       "measured FP32 peak need a GPU.[/yellow]")
         return 0
@@ -146,15 +140,12 @@ def cmd_ladder(args) -> int:
         for (t, _, pct), r in zip(ladder.SEED001_TABLE, [r for r in rows if r.config]):
             seed.add_row("/".join(map(str, t)), _fmt(r.tflops), _fmt(100 * r.ratio, "{:.1f}%"), f"{pct}%")
         console.print(seed)
-    failed = [r for r in rows if not r.rel_err < bench.TOLERANCE]
     if not args.no_write:
         doc = bench.results_document(rows, fp32_peak_tflops=peak)
         path = bench.write_results(doc, args.out, args.tag)
         ladder.plot(doc, path.with_suffix(".png"))
         console.print(f"results written to {path} and {path.with_suffix('.png')}")
-    for r in failed:
-        console.print(f"[red]FAILED[/red] {r.kernel} {r.config or ''} {r.M}x{r.N}x{r.K}: relative error {r.rel_err:.2e}")
-    return 1 if failed else 0
+    return _report_failures(rows, bench.TOLERANCE)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -8,6 +8,7 @@ truncated or corrupt entry is detected and rebuilt, never loaded.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -106,6 +107,7 @@ def _nvrtc():
     return nvrtc
 
 
+@functools.lru_cache(maxsize=None)
 def nvrtc_version() -> tuple[int, int]:
     nvrtc = _nvrtc()
     try:
@@ -124,8 +126,10 @@ def _check(err, what: str) -> None:
         raise CompileError(f"{what} failed: {err!r}")
 
 
-def _headers() -> list[tuple[str, str]]:
-    return sorted((p.name, p.read_text()) for p in KERNEL_DIR.glob("*.cuh"))
+@functools.lru_cache(maxsize=None)
+def _headers() -> tuple[tuple[str, str], ...]:
+    """The shared headers a kernel may include (read once per process; part of every cache key)."""
+    return tuple(sorted((p.name, p.read_text()) for p in KERNEL_DIR.glob("*.cuh")))
 
 
 def _define_options(defines: dict | None) -> list[str]:

@@ -22,7 +22,9 @@ def _cupy():
     return cupy
 
 
+@functools.lru_cache(maxsize=None)
 def device_count() -> int:
+    """CUDA devices visible to this process (asked once: matmul calls it on every call)."""
     cupy = _cupy()
     try:
         return cupy.cuda.runtime.getDeviceCount()

@@ -15,7 +15,7 @@ def run(*args):
     return subprocess.run([sys.executable, "-m", "tilegemm.cli", *args], capture_output=True, text=True)
 
 
-@pytest.mark.parametrize("cmd", [[], ["bench"]])
+@pytest.mark.parametrize("cmd", [[], ["bench"], ["tune"], ["ladder"]])
 def test_help(cmd):
     res = run(*cmd, "--help")
     assert res.returncode == 0 and "usage: tilegemm" in res.stdout
@@ -25,8 +25,18 @@ def test_help(cmd):
 def test_bench_without_gpu_compiles_and_says_so():
     res = run("bench", "--no-write")
     assert res.returncode == 0, res.stderr
+    assert "gemm" in res.stdout and "No CUDA GPU here" in res.stdout
+    assert "17 benchmark cases (checks and timings) need a GPU" in " ".join(res.stdout.split())
+    res = run("bench", "--no-write", "--kernels", "01_naive", "02_smem_tiled")
     assert "01_naive" in res.stdout and "02_smem_tiled" in res.stdout
-    assert "No CUDA GPU here" in res.stdout and "timings and checks" in res.stdout
+
+
+@pytest.mark.skipif(HAVE_GPU, reason="checks the GPU-free path")
+def test_tune_without_gpu_lists_candidates():
+    res = run("tune", "--shapes", "4096", "16x4096x4096")
+    assert res.returncode == 0, res.stderr
+    out = " ".join(res.stdout.split())
+    assert "No CUDA GPU here: candidates enumerated and pruned" in out and "splits=4" in out
 
 
 def test_bench_rejects_unknown_kernel():

@@ -52,14 +52,16 @@ def test_integer_dtype():
            "silently; convert it first: a.astype(numpy.float32)", np.ones((3, 4), np.int32), f32(4, 5))
 
 
-def test_wrong_ndim():
-    raises(ValueError, "a must be a 2-D array (M x K), got 1-D with shape (4,)", f32(4), f32(4, 5))
-    raises(ValueError, "b must be a 2-D array (K x N), got 3-D with shape (2, 4, 5)", f32(3, 4), f32(2, 4, 5))
+def test_scalar_operand():
+    raises(ValueError, "a is a 0-d array (a scalar); matmul needs at least one dimension (use "
+           "multiplication for scalars)", np.ones((), np.float32), f32(4, 5))
 
 
 def test_inner_dimensions():
-    raises(ValueError, "inner dimensions do not match: a is 3 x 4 and b is 5 x 6 "
-           "(a.shape[1] must equal b.shape[0])", f32(3, 4), f32(5, 6))
+    raises(ValueError, "inner dimensions do not match: a has shape (3, 4) and b has shape (5, 6) "
+           "(a.shape[-1] = 4 must equal b.shape[-2] = 5)", f32(3, 4), f32(5, 6))
+    raises(ValueError, "inner dimensions do not match: a has shape (3, 4) and b has shape (5,) "
+           "(a.shape[-1] = 4 must equal b.shape[0] = 5)", f32(3, 4), f32(5))
 
 
 def test_not_an_array():
@@ -122,8 +124,8 @@ def test_different_devices():
 
 def test_view_that_needs_a_copy():
     with pytest.raises(ValueError, match=re.escape(
-        "a is a view with strides (16, 2) (in elements) that is neither row- nor column-major, so "
-        "reading it would need a copy; tilegemm never copies silently: pass a contiguous copy "
+        "a is a view with strides (16, 2) (in elements) whose matrices are neither row- nor "
+        "column-major, so reading it would need a copy; tilegemm never copies silently: pass a contiguous copy "
         "(a.copy() or ascontiguousarray(a))")):
         check(FakeCAI((3, 4), strides=(64, 8)), FakeCAI((4, 5), ptr=0x7F1000000000))
 
@@ -135,7 +137,7 @@ def test_negative_and_broadcast_strides_need_a_copy():
 
 
 def test_unknown_kernel():
-    raises(ValueError, f"kernel='fast' is not a tilegemm kernel; choose one of {sorted(tilegemm.kernels())}",
+    raises(ValueError, f"kernel='fast' is not a tilegemm kernel; choose one of {tilegemm.kernels()}",
            f32(3, 4), f32(4, 5), kernel="fast")
 
 
@@ -158,18 +160,18 @@ def test_no_gpu():
 
 def test_validation_comes_before_the_gpu_check():
     # bad input is reported as bad input even where there is no GPU
-    raises(ValueError, "inner dimensions do not match: a is 2 x 3 and b is 2 x 3 "
-           "(a.shape[1] must equal b.shape[0])", f32(2, 3), f32(2, 3))
+    raises(ValueError, "inner dimensions do not match: a has shape (2, 3) and b has shape (2, 3) "
+           "(a.shape[-1] = 3 must equal b.shape[-2] = 2)", f32(2, 3), f32(2, 3))
 
 
 def test_layouts_are_read_from_strides():
-    assert check(FakeCAI((4, 12)), FakeCAI((12, 5), ptr=0x7F1000000000)).layout_a == ("N", 12)
+    assert check(FakeCAI((4, 12)), FakeCAI((12, 5), ptr=0x7F1000000000)).a.layout == ("N", 12)
     # a transposed view of a 12 x 4 row-major array: column-major with ld 4
     p = check(FakeCAI((4, 12), strides=(4, 16)), FakeCAI((12, 5), ptr=0x7F1000000000))
-    assert p.layout_a == ("T", 4)
+    assert p.a.layout == ("T", 4)
     # a column slice of a wider array keeps its leading dimension (no copy)
     p = check(FakeCAI((4, 6), strides=(48, 4)), FakeCAI((6, 5), ptr=0x7F1000000000))
-    assert p.layout_a == ("N", 12)
+    assert p.a.layout == ("N", 12)
 
 
 @pytest.mark.parametrize("shape,strides,expected", [
@@ -195,6 +197,112 @@ def test_vector_width_follows_alignment():
     assert api.vector_width((0x1000, 6), (0x2000, 4)) == 1  # leading dimension not a multiple of 4
 
 
-def test_default_kernel_is_the_top_rung():
+def test_default_kernel_is_the_family():
     p = check(f32(3, 4), f32(4, 5))
-    assert p.kernel == max(tilegemm.kernels())
+    assert p.kernel == "gemm" == tilegemm.kernels()[0]
+
+
+# --------------------------------------------------------------------------- matmul semantics, gemm
+
+
+def test_batch_and_broadcast_shapes():
+    p = check(f32(2, 1, 3, 4), f32(5, 4, 6))
+    assert p.batch == (2, 5) and p.shape == (2, 5, 3, 6) and (p.M, p.N, p.K) == (3, 6, 4)
+    assert p.b.bstrides == (0, 24)  # b is broadcast along the first batch dimension
+    assert p.a.bstrides == (12, 0)
+
+
+def test_one_d_promotion():
+    assert check(f32(4), f32(4, 5)).shape == (5,)
+    assert check(f32(3, 4), f32(4)).shape == (3,)
+    assert check(f32(4), f32(4)).shape == ()
+    assert check(f32(7, 3, 4), f32(4)).shape == (7, 3)
+
+
+def test_batch_dimensions_that_do_not_broadcast():
+    raises(ValueError, "the batch dimensions of a (2,) and b (3,) do not broadcast (NumPy rules: "
+           "equal, or 1, aligned from the right)", f32(2, 3, 4), f32(3, 4, 5))
+
+
+def test_out_shape_with_batches():
+    raises(ValueError, "out has shape (3, 5), but the result has shape (2, 3, 5)",
+           f32(2, 3, 4), f32(4, 5), out=f32(3, 5))
+
+
+def gcheck(a, b, c=None, out=None, **kw):
+    ops = [describe(x, n) if x is not None else None for x, n in ((a, "a"), (b, "b"), (c, "c"), (out, "out"))]
+    return api.plan(ops[0], ops[1], ops[3], kw.pop("kernel", None), kw.pop("config", None), ops[2], **kw)
+
+
+def test_gemm_needs_c_for_beta():
+    with pytest.raises(ValueError, match=re.escape("beta = 0.5 scales c, but no c was given; pass c, or beta=0")):
+        gcheck(f32(3, 4), f32(4, 5), beta=0.5)
+
+
+def test_gemm_c_broadcasts():
+    a, b = FakeCAI((3, 4)), FakeCAI((4, 5), ptr=0x7F1000000000)
+    p = gcheck(a, b, FakeCAI((5,), ptr=0x7F2000000000), beta=1.0)  # a bias row: row stride 0
+    assert p.c.layout == (0, 1) and not p.out_colmajor
+    p = gcheck(a, b, FakeCAI((3, 1), ptr=0x7F2000000000), beta=1.0)  # a bias column
+    assert p.c.layout == (1, 0) and p.out_colmajor  # read along columns: the result is column-major
+    with pytest.raises(ValueError, match=re.escape("c has shape (4,), which does not broadcast to the result's shape (3, 5)")):
+        gcheck(f32(3, 4), f32(4, 5), f32(4), beta=1.0)
+
+
+def test_gemm_c_is_ignored_when_beta_is_zero():
+    p = gcheck(f32(3, 4), f32(4, 5), f32(99, 99).astype(np.float64))  # not even its dtype matters
+    assert p.c is None
+
+
+def test_gemm_alpha_beta_types():
+    with pytest.raises(TypeError, match=re.escape("alpha must be a real number, got str '2'")):
+        gcheck(f32(3, 4), f32(4, 5), alpha="2")
+    with pytest.raises(TypeError, match=re.escape("beta must be a real number, got complex 1j")):
+        gcheck(f32(3, 4), f32(4, 5), f32(3, 5), beta=1j)
+
+
+def test_gemm_out_may_be_c_but_not_overlap_it():
+    c = FakeCAI((3, 5), ptr=0x7F2000000000)
+    a, b = FakeCAI((3, 4)), FakeCAI((4, 5), ptr=0x7F1000000000)
+    gcheck(a, b, c, out=c, beta=1.0)  # in place: fine
+    shifted = FakeCAI((3, 5), ptr=0x7F2000000000 + 4)
+    with pytest.raises(ValueError, match="out overlaps c without being the same array"):
+        gcheck(a, b, c, out=shifted, beta=1.0)
+
+
+def test_gemm_c_and_out_layouts_must_agree():
+    a, b = FakeCAI((3, 4)), FakeCAI((4, 5), ptr=0x7F1000000000)
+    c_col = FakeCAI((3, 5), strides=(4, 12), ptr=0x7F2000000000)  # column-major
+    out_row = FakeCAI((3, 5), ptr=0x7F3000000000)
+    with pytest.raises(ValueError, match=re.escape("c's matrices are column-major but out's are row-major")):
+        gcheck(a, b, c_col, out=out_row, beta=1.0)
+    assert gcheck(a, b, c_col, beta=1.0).out_colmajor  # with no out, the result follows c
+
+
+def test_alpha_beta_need_the_family():
+    with pytest.raises(ValueError, match="is a ladder rung, which computes a @ b only"):
+        gcheck(f32(3, 4), f32(4, 5), alpha=2.0, kernel="05_double_buffered")
+
+
+def test_out_broadcast_batch_is_refused():
+    a, b = FakeCAI((2, 3, 4)), FakeCAI((4, 5), ptr=0x7F1000000000)
+    out = FakeCAI((2, 3, 5), strides=(0, 20, 4), ptr=0x7F3000000000)
+    with pytest.raises(ValueError, match="out has a zero stride in a batch dimension"):
+        gcheck(a, b, out=out)
+
+
+def test_family_config_is_checked_before_launch():
+    with pytest.raises(tilegemm.ConfigError, match="bm % tm == 0"):
+        check_cfg = dict(bm=100)
+        gcheck(f32(3, 4), f32(4, 5), config=check_cfg)
+    with pytest.raises(tilegemm.ConfigError, match="gemm has no parameter 'rm'"):
+        gcheck(f32(3, 4), f32(4, 5), config={"rm": 4})
+
+
+def test_batch_groups_merge_and_loop():
+    # contiguous batches merge into one run the kernel walks
+    assert api._groups((2, 3), [(12, 4), (0, 0), (6, 2)]) == (6, (4, 0, 2), [(0, 0, 0)])
+    # a broadcast that breaks the merge: the host loops over the outer dimension
+    n, s, offs = api._groups((2, 3), [(3 * 7, 7), (0, 5), (30, 10)])
+    assert n == 3 and s == (7, 5, 10) and offs == [(0, 0, 0), (21, 0, 30)]
+    assert api._groups((), [(), ()]) == (1, (0, 0), [(0, 0)])

@@ -1,12 +1,20 @@
-"""``tilegemm.matmul``: validate (no GPU needed), then launch the chosen kernel with no copies.
+"""``tilegemm.matmul`` and ``tilegemm.gemm``: validate (no GPU needed), then launch with no copies.
+
+Semantics are NumPy's ``matmul``: 2-D products, stacks of them with broadcast batch dimensions, and
+1-D operands promoted to a row (``a``) or a column (``b``) and dropped from the result.  ``gemm``
+adds ``alpha * a @ b + beta * c`` with ``c`` broadcast to the result.
 
 Validation happens entirely on metadata before anything is launched or written; inputs are never
 modified.  GPU arrays are read in place whatever their layout (row-major, column-major, transposed
-views, padded leading dimensions).  A column-major ``out`` is computed as out.T = b.T @ a.T.
+views, padded leading dimensions, any batch strides, stride-0 broadcast batches).  A column-major
+result is computed as out.T = b.T @ a.T.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
+import numbers
 import threading
 from dataclasses import dataclass
 
@@ -17,6 +25,18 @@ from .arrays import UNKNOWN, Operand, _kind, classify, describe
 
 _FLOAT32 = np.dtype(np.float32)
 _INT32_MAX = 2**31 - 1
+_GRID_Z = 65535
+FLIP = {"N": "T", "T": "N"}
+
+
+@dataclass(frozen=True)
+class Mat:
+    """One operand as a stack of matrices: batch strides over the plan's batch shape (0 where
+    broadcast) and the matrix layout (("N"|"T", ld), or for c: (row stride, column stride))."""
+
+    op: Operand
+    bstrides: tuple
+    layout: tuple
 
 
 @dataclass(frozen=True)
@@ -24,15 +44,22 @@ class Plan:
     M: int
     N: int
     K: int
-    a: Operand
-    b: Operand
-    out: Operand | None
-    layout_a: tuple  # ("N"|"T", ld)
-    layout_b: tuple
-    layout_out: tuple | None
+    batch: tuple  # broadcast batch shape
+    shape: tuple  # the result's shape
+    a: Mat
+    b: Mat
+    c: Mat | None  # None when beta == 0 (c is not read)
+    out: Mat | None  # None: allocated
+    out_colmajor: bool  # the result's matrices are column-major (given out, or to match c)
+    alpha: float
+    beta: float
     kernel: str
     device: int | None  # None: host inputs (copied to the current GPU)
-    config: tuple = ()  # the kernel's parameters (defaults filled in), as sorted items
+    config: tuple = ()  # user-given kernel parameters, as sorted items
+
+    @property
+    def count(self) -> int:
+        return math.prod(self.batch)
 
 
 # --------------------------------------------------------------------------- validation (GPU-free)
@@ -45,26 +72,6 @@ def _check_dtype(op: Operand) -> None:
             f"{op.name} has dtype {op.dtype}, but tilegemm computes in float32 and never casts "
             f"silently; convert it first: {fix}"
         )
-
-
-def _check_2d(op: Operand, dims: str) -> None:
-    if len(op.shape) != 2:
-        raise ValueError(
-            f"{op.name} must be a 2-D array ({dims}), got {len(op.shape)}-D with shape {op.shape}"
-        )
-
-
-def _layout(op: Operand) -> tuple:
-    if op.on_host:
-        return ("N", op.shape[1])  # host arrays are copied to the GPU anyway; any strides are fine
-    lay = classify(op.shape, op.strides)
-    if lay is None:
-        raise ValueError(
-            f"{op.name} is a view with strides {op.strides} (in elements) that is neither row- nor "
-            f"column-major, so reading it would need a copy; tilegemm never copies silently: pass "
-            f"a contiguous copy ({op.name}.copy() or ascontiguousarray({op.name}))"
-        )
-    return lay
 
 
 def _check_devices(ops: list[Operand]) -> int | None:
@@ -94,64 +101,180 @@ def _overlaps(x: Operand, y: Operand) -> bool:
     return a0 < b1 and b0 < a1
 
 
+def _batch_strides(op: Operand, nbatch: int, batch: tuple) -> tuple:
+    """Strides of op's leading (batch) dimensions over the broadcast ``batch`` shape."""
+    own_shape, own_strides = op.shape[:nbatch], op.strides[:nbatch]
+    pad = len(batch) - nbatch
+    return (0,) * pad + tuple(0 if n == 1 else s for n, s in zip(own_shape, own_strides))
+
+
+def _matrix_layout(op: Operand, shape: tuple, strides: tuple) -> tuple:
+    if op.on_host:
+        return ("N", shape[1])  # host arrays are copied to the GPU contiguously anyway
+    lay = classify(shape, strides)
+    if lay is None:
+        raise ValueError(
+            f"{op.name} is a view with strides {op.strides} (in elements) whose matrices are "
+            f"neither row- nor column-major, so reading it would need a copy; tilegemm never "
+            f"copies silently: pass a contiguous copy ({op.name}.copy() or "
+            f"ascontiguousarray({op.name}))"
+        )
+    return lay
+
+
+def _number(x, name: str) -> float:
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(x).__name__} {x!r}")
+    return float(x)
+
+
 def plan(a: Operand, b: Operand, out: Operand | None = None, kernel: str | None = None,
-         config: dict | None = None) -> Plan:
-    """Check everything about a matmul call that metadata can tell; raise before any launch."""
+         config: dict | None = None, c: Operand | None = None, alpha=1.0, beta=0.0) -> Plan:
+    """Check everything about a call that metadata can tell; raise before any launch."""
+    alpha, beta = _number(alpha, "alpha"), _number(beta, "beta")
     for op in (a, b):
         _check_dtype(op)
-    _check_2d(a, "M x K")
-    _check_2d(b, "K x N")
-    (M, K), (K2, N) = a.shape, b.shape
+        if len(op.shape) == 0:
+            raise ValueError(
+                f"{op.name} is a 0-d array (a scalar); matmul needs at least one dimension "
+                f"(use multiplication for scalars)"
+            )
+    # 1-D promotion (numpy.matmul): a (K,) -> (1, K); b (K,) -> (K, 1); the added axis is dropped
+    a_vec, b_vec = len(a.shape) == 1, len(b.shape) == 1
+    a_mat = ((1, a.shape[0]), (0, a.strides[0])) if a_vec else (a.shape[-2:], a.strides[-2:])
+    b_mat = ((b.shape[0], 1), (b.strides[0], 0)) if b_vec else (b.shape[-2:], b.strides[-2:])
+    (M, K), (K2, N) = a_mat[0], b_mat[0]
     if K != K2:
         raise ValueError(
-            f"inner dimensions do not match: a is {M} x {K} and b is {K2} x {N} "
-            f"(a.shape[1] must equal b.shape[0])"
+            f"inner dimensions do not match: a has shape {a.shape} and b has shape {b.shape} "
+            f"(a.shape[-1] = {K} must equal b.shape[{0 if b_vec else -2}] = {K2})"
         )
+    na, nb = max(len(a.shape) - 2, 0), max(len(b.shape) - 2, 0)
+    try:
+        batch = tuple(np.broadcast_shapes(a.shape[:na], b.shape[:nb]))
+    except ValueError:
+        raise ValueError(
+            f"the batch dimensions of a {a.shape[:na]} and b {b.shape[:nb]} do not broadcast "
+            f"(NumPy rules: equal, or 1, aligned from the right)"
+        ) from None
+    shape = batch + (() if a_vec else (M,)) + (() if b_vec else (N,))
     for dim, v in (("M", M), ("N", N), ("K", K)):
         if v > _INT32_MAX:
             raise ValueError(f"{dim} = {v} is larger than 2^31 - 1, which tilegemm does not support")
-    ops = [a, b] + ([out] if out is not None else [])
+    if c is not None and beta != 0.0:
+        _check_dtype(c)
+    elif beta != 0.0:
+        raise ValueError(f"beta = {beta} scales c, but no c was given; pass c, or beta=0")
+    use_c = c if beta != 0.0 else None
+    ops = [a, b] + ([use_c] if use_c is not None else []) + ([out] if out is not None else [])
     device = _check_devices(ops)
-    lay_a, lay_b = _layout(a), _layout(b)
-    lay_out = None
+
+    A = Mat(a, _batch_strides(a, na, batch), _matrix_layout(a, *a_mat))
+    B = Mat(b, _batch_strides(b, nb, batch), _matrix_layout(b, *b_mat))
+
+    def as_result(op: Operand) -> tuple:
+        """(batch strides, (row stride, column stride)) of op read as the result's M x N matrices,
+        with 0 for broadcast dimensions and dimensions of size 1."""
+        nd = len(op.shape)
+        if nd > len(shape) or any(n not in (1, want) for n, want in zip(op.shape[::-1], shape[::-1])):
+            raise ValueError(f"{op.name} has shape {op.shape}, which does not broadcast to the "
+                             f"result's shape {shape}")
+        strides = (0,) * (len(shape) - nd) + tuple(0 if n == 1 else s for n, s in zip(op.shape, op.strides))
+        mat = list(strides[len(batch):])
+        rs = 0 if a_vec else mat.pop(0)
+        cs = 0 if b_vec else mat.pop(0)
+        return strides[:len(batch)], (rs if M > 1 else 0, cs if N > 1 else 0)
+
+    O = None
+    out_colmajor = False
     if out is not None:
         if out.dtype != _FLOAT32:
             raise TypeError(f"out has dtype {out.dtype}; it must be float32 (the result's dtype)")
-        if tuple(out.shape) != (M, N):
-            raise ValueError(f"out has shape {tuple(out.shape)}, but the result has shape ({M}, {N})")
+        if tuple(out.shape) != shape:
+            raise ValueError(f"out has shape {tuple(out.shape)}, but the result has shape {shape}")
         for op in (a, b):
             if _overlaps(out, op):
                 raise ValueError(
                     f"out overlaps {op.name} in memory; tilegemm reads {op.name} while it writes "
                     f"out, so pass a separate out array"
                 )
-        lay_out = _layout(out)
+        if use_c is not None and _overlaps(out, use_c) and (out.ptr, out.shape, out.strides) != (
+                use_c.ptr, use_c.shape, use_c.strides):
+            raise ValueError(
+                "out overlaps c without being the same array; pass out=c (an in-place update) or "
+                "a separate out array"
+            )
+        bs, (rs, cs) = as_result(out)
+        if out.on_host:
+            lay = ("N", N)
+        else:
+            if any(s == 0 and n > 1 for s, n in zip(bs, batch)):
+                raise ValueError(
+                    f"out has a zero stride in a batch dimension (a broadcast view), so several "
+                    f"results would land on one element; pass a writable array of shape {shape}"
+                )
+            lay = classify((M, N), (rs if M > 1 else N, cs if N > 1 else 1))
+            if lay is None:
+                raise ValueError(
+                    f"out is a view with strides {out.strides} (in elements) whose matrices are "
+                    f"neither row- nor column-major; pass a contiguous out array"
+                )
+        O = Mat(out, bs, lay)
+        out_colmajor = lay[0] == "T"
+    C = None
+    if use_c is not None:
+        bs, (rs, cs) = as_result(use_c)
+        if use_c.on_host:  # copied to the GPU contiguously before the launch
+            rs, cs = (N if M > 1 else 0), (1 if N > 1 else 0)
+        row_ok, col_ok = N == 1 or cs == 1, M == 1 or rs == 1
+        if out is None:  # the result takes c's layout
+            if not (row_ok or col_ok):
+                raise ValueError(
+                    f"c is a view with strides {use_c.strides} (in elements) whose matrices are "
+                    f"neither row- nor column-major (after broadcasting to {shape}); pass a "
+                    f"contiguous copy of c"
+                )
+            out_colmajor = not row_ok
+        elif not (col_ok if out_colmajor else row_ok):
+            raise ValueError(
+                f"c's matrices are {'row' if row_ok else 'column'}-major but out's are "
+                f"{'column' if out_colmajor else 'row'}-major; pass c and out in the same layout "
+                f"(or leave out=None to get c's layout)"
+            )
+        C = Mat(use_c, bs, (rs, cs))
     name = choose_kernel(kernel, config)
-    params = registry.get(name).params(config)  # unknown parameter names raise here
-    return Plan(M, N, K, a, b, out, lay_a, lay_b, lay_out, name, device, tuple(sorted(params.items())))
+    spec = registry.get(name)
+    params = spec.params(config)  # unknown parameter names raise here
+    if name != registry.FAMILY.name and (alpha != 1.0 or beta != 0.0):
+        raise ValueError(
+            f"kernel={name!r} is a ladder rung, which computes a @ b only; alpha and beta need "
+            f"the default kernel (leave kernel=None)"
+        )
+    if config:
+        spec.check(params, registry.Limits.for_arch("sm_90"))
+    return Plan(M, N, K, batch, shape, A, B, C, O, out_colmajor, alpha, beta, name, device,
+                tuple(sorted((config or {}).items())))
 
 
 def choose_kernel(kernel: str | None, config: dict | None = None) -> str:
-    """The named kernel, or the best one.  Every kernel takes every layout and alignment (the
-    16-byte path is chosen per call from the actual pointers and leading dimensions)."""
+    """The named kernel, or the production family.  Every kernel takes every layout and alignment
+    (the 16-byte path is chosen per call from the actual pointers and leading dimensions)."""
     if kernel is not None:
         registry.get(kernel)  # unknown names raise here
         return kernel
-    if config:
-        raise ValueError("config= sets a kernel's parameters, so it needs kernel= too")
-    return registry.best_order()[0]
+    return registry.FAMILY.name
 
 
 def vector_width(*operands: tuple) -> int:
-    """4 when every (pointer, leading dimension) allows 16-byte accesses, else 1."""
-    return 4 if all(ptr % 16 == 0 and ld % 4 == 0 for ptr, ld in operands) else 1
+    """4 when every (pointer, leading dimension or batch stride...) allows 16-byte accesses, else 1."""
+    return 4 if all(ptr % 16 == 0 and all(s % 4 == 0 for s in rest) for ptr, *rest in operands) else 1
 
 
 # --------------------------------------------------------------------------- launching
 
 
 class _Launcher:
-    """One kernel, one layout, one device: compiled, loaded and checked once."""
+    """One kernel, one layout, one alignment, one device, one config: compiled and loaded once."""
 
     def __init__(self, name: str, layout: str, vec: int, device: int, config: tuple = ()):
         spec = registry.get(name)
@@ -161,9 +284,11 @@ class _Launcher:
         self.spec = spec
         self.block = spec.block(self.params)
         self.smem = spec.smem(self.params)
-        self.kernel = runtime.load(spec.compile(self.params, layout, arch=props.arch, vec=vec), device)
+        compiled = spec.compile(spec.compiled_params(self.params), layout, arch=props.arch, vec=vec,
+                                limits=registry.Limits.from_props(props))
+        self.kernel = runtime.load(compiled, device)
 
-    def __call__(self, M, N, K, pa, lda, pb, ldb, pc, ldc, stream) -> None:
+    def rung(self, M, N, K, pa, lda, pb, ldb, pc, ldc, stream) -> None:
         grid = self.spec.grid(M, N, self.params)
         if grid[1] > 65535 or grid[0] > 2**31 - 1:
             raise ValueError(f"M = {M} is too large for {self.spec.name}'s grid (at most 65535 block rows)")
@@ -171,6 +296,27 @@ class _Launcher:
         self.kernel(grid, self.block,
                     (i32(M), i32(N), i32(K), u64(pa), i64(lda), u64(pb), i64(ldb), u64(pc), i64(ldc)),
                     smem=self.smem, stream=stream)
+
+    def family(self, M, N, K, count, pa, lda, sa, pb, ldb, sb, pc, ldc, sc, pd, ldd, sd,
+               alpha, beta, splits, stream) -> None:
+        """``count`` products (batch strides sa, sb, sc, sd); with splits > 1, D is the split-K
+        workspace (``count * splits`` products, contiguous)."""
+        bm, bn = self.spec.tile(self.params)
+        tiles = ((M + bm - 1) // bm) * ((N + bn - 1) // bn)
+        if tiles > 2**31 - 1:
+            raise ValueError(f"{M} x {N} has too many {bm} x {bn} tiles for one grid")
+        k_split = -(-K // splits)
+        k_split = -(-k_split // 4) * 4  # splits start at multiples of 4 (16-byte aligned loads)
+        i32, i64, u64, f32 = np.int32, np.int64, np.uint64, np.float32
+        per = max(1, _GRID_Z // splits)
+        for first in range(0, count, per):
+            n = min(per, count - first)
+            self.kernel((tiles, 1, n * splits), self.block,
+                        (i32(M), i32(N), i32(K), u64(pa + 4 * first * sa), i64(lda), i64(sa),
+                         u64(pb + 4 * first * sb), i64(ldb), i64(sb), u64(pc + 4 * first * sc), i64(ldc),
+                         i64(sc), u64(pd + 4 * first * splits * sd), i64(ldd), i64(sd), f32(alpha), f32(beta),
+                         i32(k_split), i32(splits)),
+                        smem=self.smem, stream=stream)
 
 
 _launchers: dict[tuple, _Launcher] = {}
@@ -187,6 +333,24 @@ def launcher(name: str, layout: str, vec: int, device: int, config: tuple = ()) 
     return fn
 
 
+def _reduce(device, M, N, count, splits, pw, pc, ldc, sc, pd, ldd, sd, alpha, beta, stream) -> None:
+    """D = alpha * (sum of the splits in W) + beta * C; splits = 0 gives beta * C (K = 0)."""
+    spec = registry.REDUCE
+    kern = _reducers.get(device)
+    if kern is None:
+        props = runtime.device_properties(device)
+        kern = _reducers[device] = runtime.load(spec.compile({}, arch=props.arch), device)
+    total = M * N * count
+    blocks = max(1, min(-(-total // 256), 65535 * 4))
+    i32, i64, u64, f32 = np.int32, np.int64, np.uint64, np.float32
+    kern((blocks, 1, 1), (256, 1, 1),
+         (i32(M), i32(N), i32(count), i32(splits), u64(pw), u64(pc), i64(ldc), i64(sc), u64(pd), i64(ldd),
+          i64(sd), f32(alpha), f32(beta)), stream=stream)
+
+
+_reducers: dict[int, object] = {}
+
+
 def _stream(ops: list[Operand], device: int):
     cupy = runtime._cupy()
     for op in ops:
@@ -200,96 +364,199 @@ def _stream(ops: list[Operand], device: int):
     return cupy.cuda.get_current_stream()
 
 
-def _resolve_device(op: Operand) -> Operand:
-    if op.device != UNKNOWN:
+def _resolve_device(op: Operand | None) -> Operand | None:
+    if op is None or op.device != UNKNOWN:
         return op
     attrs = runtime._cupy().cuda.runtime.pointerGetAttributes(op.ptr)
     return Operand(op.name, op.kind, op.obj, op.shape, op.strides, op.dtype, int(attrs.device), op.ptr)
 
 
-def _to_device(op: Operand, cupy) -> tuple[Operand, tuple]:
-    if not op.on_host:
-        return op, classify(op.shape, op.strides)
-    dev = describe(cupy.asarray(op.obj), op.name)
-    lay = classify(dev.shape, dev.strides)
-    if lay is None:  # pragma: no cover - cupy copies host arrays contiguously
-        dev = describe(cupy.ascontiguousarray(dev.obj), op.name)
-        lay = classify(dev.shape, dev.strides)
-    return dev, lay
-
-
-def _alloc_out(p: Plan, cupy, device: int):
-    if p.a.kind == "torch":
+def _alloc(p: Plan, cupy, device: int):
+    """The result array (the a operand's array type), matrices column-major if p.out_colmajor."""
+    lead = p.batch
+    mshape = (p.N, p.M) if p.out_colmajor else (p.M, p.N)
+    if p.a.op.kind == "torch":
         import torch
 
-        t = torch.empty((p.M, p.N), dtype=torch.float32, device=f"cuda:{device}")
-        return t, describe(t, "out")
-    arr = cupy.empty((p.M, p.N), dtype=np.float32)
-    return arr, describe(arr, "out")
+        arr = torch.empty(lead + mshape, dtype=torch.float32, device=f"cuda:{device}")
+        if p.out_colmajor:
+            arr = arr.transpose(-1, -2)
+        mat = arr.reshape(p.shape) if arr.dim() == len(lead) + 2 and p.shape != tuple(arr.shape) else arr
+    else:
+        arr = cupy.empty(lead + mshape, dtype=np.float32)
+        if p.out_colmajor:
+            arr = arr.swapaxes(-1, -2)
+        mat = arr
+    return arr, mat
+
+
+def _strides_elems(arr) -> tuple:
+    if hasattr(arr, "stride") and callable(arr.stride):
+        return tuple(arr.stride())
+    return tuple(s // 4 for s in arr.strides)
+
+
+def _ptr(arr) -> int:
+    return int(arr.data_ptr()) if hasattr(arr, "data_ptr") else int(arr.data.ptr)
+
+
+def _groups(batch: tuple, strides: list[tuple]) -> tuple[int, tuple, list[tuple]]:
+    """Split the batch into an inner run the kernel walks with one stride per operand and outer
+    offsets the host loops over: (inner count, inner strides, [outer offsets per operand])."""
+    dims = [(n, [s[i] for s in strides]) for i, n in enumerate(batch) if n != 1]
+    if not dims:
+        return 1, tuple(0 for _ in strides), [tuple(0 for _ in strides)]
+    n_in, s_in = dims[-1][0], list(dims[-1][1])
+    j = len(dims) - 1
+    while j > 0:
+        n, s = dims[j - 1]
+        if all(so == si * n_in for so, si in zip(s, s_in)):
+            n_in *= n
+            j -= 1
+        else:
+            break
+    outer = dims[:j]
+    offsets = []
+    for idx in itertools.product(*(range(n) for n, _ in outer)):
+        offsets.append(tuple(sum(i * d[1][k] for i, d in zip(idx, outer)) for k in range(len(strides))))
+    return n_in, tuple(s_in), offsets or [tuple(0 for _ in strides)]
 
 
 def execute(p: Plan):
     cupy = runtime._cupy()
     runtime.require_gpu("tilegemm.matmul")
-    a, b, out = p.a, p.b, p.out
     if p.device == UNKNOWN:
-        a, b = _resolve_device(a), _resolve_device(b)
-        out = _resolve_device(out) if out is not None else None
-        p = plan(a, b, out, p.kernel, dict(p.config))
-    host = a.on_host
+        ops = {k: _resolve_device(getattr(p, k).op if getattr(p, k) else None) for k in ("a", "b", "c", "out")}
+        p = plan(ops["a"], ops["b"], ops["out"], p.kernel, dict(p.config), ops["c"] if p.c else None,
+                 p.alpha, p.beta)
+    host = p.a.op.on_host
     device = cupy.cuda.runtime.getDevice() if host else p.device
     with cupy.cuda.Device(device):
-        stream = _stream([a, b] + ([out] if out is not None else []), device)
+        ops = [m.op for m in (p.a, p.b, p.c, p.out) if m is not None]
+        stream = _stream(ops, device)
         with stream:
-            a, lay_a = _to_device(a, cupy)
-            b, lay_b = _to_device(b, cupy)
-            if out is None or host:
-                result, o = _alloc_out(p, cupy, device)
-                lay_o = ("N", p.N)
+            if host:
+                p = _to_device(p, cupy)
+            if p.out is None or host:
+                result, mat = _alloc(p, cupy, device)
+                d_ptr, d_strides = _ptr(mat), _strides_elems(mat)
+                nb = len(p.batch)
+                d_b = d_strides[:nb]
+                d_lay = (("T", d_strides[-1]) if p.out_colmajor else ("N", d_strides[-2])) if len(d_strides) >= nb + 2 \
+                    else ("N", p.N)
             else:
-                result, o, lay_o = out.obj, out, p.layout_out
-            if p.M and p.N:
-                if p.K == 0:
-                    cupy.asarray(result).fill(0)
-                else:
-                    _launch(p, a, lay_a, b, lay_b, o, lay_o, device, stream)
+                result = p.out.op.obj
+                d_ptr, d_b, d_lay = p.out.op.ptr, p.out.bstrides, p.out.layout
+            if p.M and p.N and p.count:
+                _run(p, d_ptr, d_b, d_lay, device, stream)
             if host:
                 res = result.get(stream=stream)
-                if out is None:
+                res = res.reshape(p.shape)
+                if p.out is None:
                     return res
-                out.obj[...] = res
-                return out.obj
+                p.out.op.obj[...] = res
+                return p.out.op.obj
+    if p.out is None and tuple(result.shape) != p.shape:
+        result = result.reshape(p.shape)
     return result
 
 
-def _launch(p: Plan, a, lay_a, b, lay_b, o, lay_o, device, stream) -> None:
+def _to_device(p: Plan, cupy) -> Plan:
+    """Host (NumPy) inputs: copy a, b (and c) to the GPU and re-plan on the copies."""
+    def dev(m: Mat | None):
+        return None if m is None else describe(cupy.asarray(m.op.obj), m.op.name)
+
+    a, b, c = dev(p.a), dev(p.b), dev(p.c)
+    q = plan(a, b, None, p.kernel, dict(p.config), c, p.alpha, p.beta)
+    return q
+
+
+def _run(p: Plan, d_ptr, d_b, d_lay, device, stream) -> None:
     M, N, K = p.M, p.N, p.K
-    if lay_o[0] == "T":  # column-major C: compute C^T (row-major N x M) = B^T A^T
-        flip = {"N": "T", "T": "N"}
-        a, lay_a, b, lay_b = b, (flip[lay_b[0]], lay_b[1]), a, (flip[lay_a[0]], lay_a[1])
+    a, b = p.a, p.b
+    lay_a, lay_b = a.layout, b.layout
+    c_ptr, c_b, (c_rs, c_cs) = (p.c.op.ptr, p.c.bstrides, p.c.layout) if p.c else (0, (0,) * len(p.batch), (0, 0))
+    a_ptr, b_ptr = a.op.ptr, b.op.ptr
+    a_b, b_b = a.bstrides, b.bstrides
+    if d_lay[0] == "T":  # column-major results: D^T (row-major N x M) = B^T A^T (+ beta C^T)
+        a_ptr, b_ptr, a_b, b_b = b_ptr, a_ptr, b_b, a_b
+        lay_a, lay_b = (FLIP[lay_b[0]], lay_b[1]), (FLIP[lay_a[0]], lay_a[1])
         M, N = N, M
-    vec = vector_width((a.ptr, lay_a[1]), (b.ptr, lay_b[1]), (o.ptr, lay_o[1]))
-    fn = launcher(p.kernel, lay_a[0] + lay_b[0], vec, device, p.config)
-    fn(M, N, K, a.ptr, lay_a[1], b.ptr, lay_b[1], o.ptr, lay_o[1], stream)
+        c_rs, c_cs = c_cs, c_rs
+    ldd, ldc = d_lay[1], c_rs
+    count, (sa, sb, sc, sd), offsets = _groups(p.batch, [a_b, b_b, c_b, d_b])
+    layout = lay_a[0] + lay_b[0]
+    for oa, ob, oc, od in offsets:
+        pa, pb, pc, pd = a_ptr + 4 * oa, b_ptr + 4 * ob, c_ptr + 4 * oc, d_ptr + 4 * od
+        if K == 0:
+            _reduce(device, M, N, count, 0, 0, pc, ldc, sc, pd, ldd, sd, p.alpha, p.beta, stream)
+        elif p.kernel == registry.FAMILY.name:
+            _run_family(p, M, N, K, count, layout, device, stream, (pa, lay_a[1], sa), (pb, lay_b[1], sb),
+                        (pc, ldc, sc), (pd, ldd, sd))
+        else:
+            vec = vector_width((pa, lay_a[1], sa), (pb, lay_b[1], sb), (pd, ldd, sd))
+            fn = launcher(p.kernel, layout, vec, device, p.config)
+            for i in range(count):
+                fn.rung(M, N, K, pa + 4 * i * sa, lay_a[1], pb + 4 * i * sb, lay_b[1], pd + 4 * i * sd, ldd, stream)
+
+
+def _run_family(p: Plan, M, N, K, count, layout, device, stream, A, B, C, D) -> None:
+    from . import tuning
+
+    if p.config:
+        config = dict(p.config)
+    else:
+        config = tuning.select(device, layout, M, N, K, count)
+    splits = int(config.get("splits", 1))
+    splits = max(1, min(splits, -(-K // 4)))
+    use_c = p.c is not None
+    vec = vector_width(A, B, D, *( [C] if use_c else []))
+    cfg = dict(config)
+    cfg.pop("splits", None)
+    fn = launcher(registry.FAMILY.name, layout, vec, device, tuple(sorted(cfg.items())))
+    if splits == 1:
+        fn.family(M, N, K, count, *A, *C, *D, p.alpha, p.beta if use_c else 0.0, 1, stream)
+        return
+    cupy = runtime._cupy()
+    work = cupy.empty(count * splits * M * N, dtype=np.float32)
+    wp = int(work.data.ptr)
+    fn.family(M, N, K, count, *A, *C, wp, N, M * N, 1.0, 0.0, splits, stream)
+    _reduce(device, M, N, count, splits, wp, C[0], C[1], C[2], D[0], D[1], D[2], p.alpha,
+            p.beta if use_c else 0.0, stream)
+
+
+def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, out=None, kernel: str | None = None,
+         config: dict | None = None):
+    """``alpha * (a @ b) + beta * c`` in FP32 on the GPU, with ``numpy.matmul``'s shape rules.
+
+    ``c`` broadcasts to the result's shape (a bias row of shape (N,) works) and is read only when
+    beta != 0 (as in BLAS: NaN in c does not leak through beta = 0).  ``out``: the array to write
+    (it may be c itself for an in-place update); by default a new array of a's type whose matrices
+    follow c's layout.  Inputs are never modified.  See ``matmul`` for the rest.
+    """
+    a, b = _from_dlpack(a, "a"), _from_dlpack(b, "b")
+    c = _from_dlpack(c, "c") if c is not None else None
+    out = _from_dlpack(out, "out") if out is not None else None
+    A, B = describe(a, "a"), describe(b, "b")
+    C = describe(c, "c") if c is not None else None
+    O = describe(out, "out") if out is not None else None
+    return execute(plan(A, B, O, kernel, config, C, alpha, beta))
 
 
 def matmul(a, b, *, out=None, kernel: str | None = None, config: dict | None = None):
-    """``a @ b`` for 2-D float32 arrays, in FP32 on the GPU.
+    """``a @ b`` for float32 arrays, in FP32 on the GPU, with ``numpy.matmul``'s semantics.
 
-    a: M x K, b: K x N; NumPy, CuPy, torch CUDA tensors, or anything with
-    ``__cuda_array_interface__`` / ``__dlpack__``.  The result has a's array type (NumPy in,
-    NumPy out; a CUDA-array-interface or DLPack object gives a CuPy array).  GPU arrays are read in
-    place in any row- or column-major layout (``a.T`` included); no input is modified.
-    ``out``: optional M x N float32 array to write into.  ``kernel``: a kernel name
-    (``tilegemm.kernels()``); by default the best one available.  ``config``: that kernel's
-    parameters (e.g. ``{"bm": 64, "bk": 16, "bn": 64, "rm": 4, "rn": 4}`` for
-    ``05_double_buffered``), checked against its declared constraints.
+    a: (..., M, K) or (K,); b: (..., K, N) or (K,); batch dimensions broadcast.  NumPy, CuPy, torch
+    CUDA tensors, or anything with ``__cuda_array_interface__`` / ``__dlpack__``.  The result has
+    a's array type (NumPy in, NumPy out; a CUDA-array-interface or DLPack object gives a CuPy
+    array).  GPU arrays are read in place in any row- or column-major layout (``a.T`` included)
+    and any batch strides; no input is modified.  ``out``: optional float32 array to write into.
+    ``kernel``: a kernel name (``tilegemm.kernels()``); by default the production family with the
+    config tuned for this GPU and shape.  ``config``: that kernel's parameters (e.g.
+    ``{"bm": 64, "bk": 16, "bn": 64, "rm": 4, "rn": 4}`` for ``05_double_buffered``), checked
+    against its declared constraints.
     """
-    a, b = _from_dlpack(a, "a"), _from_dlpack(b, "b")
-    out = _from_dlpack(out, "out") if out is not None else None
-    A, B = describe(a, "a"), describe(b, "b")
-    O = describe(out, "out") if out is not None else None
-    return execute(plan(A, B, O, kernel, config))
+    return gemm(a, b, None, out=out, kernel=kernel, config=config)
 
 
 def _from_dlpack(x, name: str):

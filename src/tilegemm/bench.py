@@ -38,6 +38,7 @@ class Row:
     ratio: float
     rel_err: float
     config: dict | None = None  # kernel parameters, where not the kernel's defaults
+    selected: dict | None = None  # the tuned path: the config it chose and where from
 
 
 def parse_size(text: str) -> tuple[int, int, int]:
@@ -58,13 +59,15 @@ def _cupy():
     return runtime._cupy()
 
 
-def make_operands(M, N, K, layout="NN", seed=None, cupy=None):
-    """Random normal float32 operands in the given layout (T = a transposed view)."""
+def make_operands(M, N, K, layout="NN", seed=None, cupy=None, batch=1):
+    """Random normal float32 operands in the given layout (T = a transposed view); with batch > 1,
+    stacks of ``batch`` matrices (count, rows, cols)."""
     cupy = cupy or _cupy()
     rng = cupy.random.default_rng(seed)
-    a = rng.standard_normal((K, M) if layout[0] == "T" else (M, K), dtype=np.float32)
-    b = rng.standard_normal((N, K) if layout[1] == "T" else (K, N), dtype=np.float32)
-    return (a.T if layout[0] == "T" else a), (b.T if layout[1] == "T" else b)
+    lead = (batch,) if batch > 1 else ()
+    a = rng.standard_normal(lead + ((K, M) if layout[0] == "T" else (M, K)), dtype=np.float32)
+    b = rng.standard_normal(lead + ((N, K) if layout[1] == "T" else (K, N)), dtype=np.float32)
+    return (a.swapaxes(-1, -2) if layout[0] == "T" else a), (b.swapaxes(-1, -2) if layout[1] == "T" else b)
 
 
 def rel_err(out, a, b) -> float:
@@ -111,47 +114,189 @@ def _n_sets(M, N, K, batch=1) -> int:
     return max(1, min(8, math.ceil(3 * l2 / set_bytes)))
 
 
-def measure(kernels, M, N, K, layout="NN", progress=None) -> list[Row]:
-    """cuBLAS first, then each kernel (a name, or (name, config)): checked against float64, then
+def _torch_mm():
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False  # strict FP32 (cuBLAS SGEMM)
+
+    def run(a, b, out):
+        torch.matmul(torch.from_dlpack(a), torch.from_dlpack(b), out=torch.from_dlpack(out))
+
+    return run
+
+
+def _triton_mm():
+    import torch
+
+    from . import triton_ref
+
+    def run(a, b, out):
+        ta, tb, to = (torch.from_dlpack(x) for x in (a, b, out))
+        if ta.dim() == 2:
+            ta, tb, to = ta.unsqueeze(0), tb.unsqueeze(0), to.unsqueeze(0)
+        triton_ref.matmul(ta, tb, to)
+
+    return run
+
+
+REFERENCES = {"torch": _torch_mm, "triton": _triton_mm}
+
+
+def available_references() -> list[str]:
+    out = []
+    try:
+        import torch  # noqa: F401
+
+        out.append("torch")
+        from . import triton_ref
+
+        if triton_ref.available():
+            out.append("triton")
+    except Exception:
+        pass
+    return out
+
+
+def measure(kernels, M, N, K, layout="NN", progress=None, batch=1, refs=()) -> list[Row]:
+    """cuBLAS first, then the other references (``refs``: "torch", "triton"), then each kernel (a
+    name, "gemm" for the default tuned path, or (name, config)): checked against float64, then
     timed.  One Row each."""
     cupy = _cupy()
-    n_sets = _n_sets(M, N, K)
-    sets = [make_operands(M, N, K, layout) for _ in range(n_sets)]
-    outs = [cupy.empty((M, N), dtype=np.float32) for _ in range(n_sets)]
-    flop = 2.0 * M * N * K
+    n_sets = _n_sets(M, N, K, batch)
+    sets = [make_operands(M, N, K, layout, batch=batch) for _ in range(n_sets)]
+    oshape = ((batch,) if batch > 1 else ()) + (M, N)
+    outs = [cupy.empty(oshape, dtype=np.float32) for _ in range(n_sets)]
+    flop = 2.0 * M * N * K * batch
 
     def check(fn) -> float:
-        a, b = make_operands(M, N, K, layout)  # fresh inputs for every check
-        out = cupy.full((M, N), np.nan, dtype=np.float32)  # poison: unwritten elements fail
+        a, b = make_operands(M, N, K, layout, batch=batch)  # fresh inputs for every check
+        out = cupy.full(oshape, np.nan, dtype=np.float32)  # poison: unwritten elements fail
         fn(a, b, out)
         cupy.cuda.get_current_stream().synchronize()
         return rel_err(out, a, b)
 
+    def row(name, fn, ref_tflops, config=None, selected=None):
+        err = check(fn)
+        ms = time_launches(lambda i: fn(*sets[i], outs[i]), n_sets) if err < TOLERANCE else float("nan")
+        tflops = flop / ms / 1e9
+        ref = ref_tflops if ref_tflops is not None else tflops
+        r = Row(name, M, N, K, layout, batch, tflops, ms, ref, tflops / ref, err, config, selected)
+        if progress:
+            progress(r)
+        return r
+
     def cublas(a, b, out):
         cupy.matmul(a, b, out=out)
 
-    rows = []
-    err = check(cublas)
-    ms = time_launches(lambda i: cublas(*sets[i], outs[i]), n_sets)
-    ref_tflops = flop / ms / 1e9
-    rows.append(Row("cublas", M, N, K, layout, 1, ref_tflops, ms, ref_tflops, 1.0, err))
-    if progress:
-        progress(rows[-1])
+    rows = [row("cublas", cublas, None)]
+    ref_tflops = rows[0].tflops
+    for name in refs:
+        rows.append(row(name, REFERENCES[name](), ref_tflops))
     for entry in kernels:
         name, config = (entry, None) if isinstance(entry, str) else entry
+        if name in ("gemm", "tilegemm") and config is None:
+            from . import tuning
+
+            dev = runtime.current_device()
+            sel = tuning.selector(dev)
+            cfg, src = sel.source(layout, M, N, K, batch)
+
+            def ours(a, b, out):
+                api.matmul(a, b, out=out)
+
+            rows.append(row("tilegemm", ours, ref_tflops, None, {"source": src, **cfg}))
+            continue
 
         def ours(a, b, out, name=name, config=config):
             api.matmul(a, b, out=out, kernel=name, config=config)
 
-        err = check(ours)
-        if not err < TOLERANCE:
-            ms = float("nan")  # a wrong kernel is not timed
-        else:
-            ms = time_launches(lambda i: ours(*sets[i], outs[i]), n_sets)
-        tflops = flop / ms / 1e9
-        rows.append(Row(name, M, N, K, layout, 1, tflops, ms, ref_tflops, tflops / ref_tflops, err, config))
-        if progress:
-            progress(rows[-1])
+        rows.append(row(name, ours, ref_tflops, config))
+    return rows
+
+
+# The suite of ../shared/ANCHORS.md plus the other layouts at 4096³ and batched cases:
+# (M, N, K, layout, batch)
+SUITE = [
+    (1024, 1024, 1024, "NN", 1), (2048, 2048, 2048, "NN", 1), (4096, 4096, 4096, "NN", 1),
+    (8192, 8192, 8192, "NN", 1), (4096, 4096, 1024, "NN", 1), (1024, 1024, 16384, "NN", 1),
+    (128, 4096, 4096, "NN", 1), (16, 4096, 4096, "NN", 1), (4095, 4095, 4095, "NN", 1),
+    (3000, 1000, 500, "NN", 1), (256, 256, 256, "NN", 1),
+    (4096, 4096, 4096, "NT", 1), (4096, 4096, 4096, "TN", 1), (4096, 4096, 4096, "TT", 1),
+    (512, 512, 512, "NN", 64), (2048, 2048, 2048, "NN", 8), (128, 128, 128, "NN", 256),
+]
+
+
+def geomean(xs) -> float:
+    xs = [x for x in xs if x and x == x]
+    return float(math.exp(sum(math.log(x) for x in xs) / len(xs))) if xs else float("nan")
+
+
+def plot_suite(doc: dict, path) -> None:
+    """Bars per suite case: TFLOPS of every implementation, cuBLAS first."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in doc["rows"] if not r.get("config")]
+    cases, impls = [], []
+    for r in rows:
+        key = (r["M"], r["N"], r["K"], r["layout"], r["batch"])
+        if key not in cases:
+            cases.append(key)
+        if r["kernel"] not in impls:
+            impls.append(r["kernel"])
+    val = {((r["M"], r["N"], r["K"], r["layout"], r["batch"]), r["kernel"]): r["tflops"] for r in rows}
+    fig, ax = plt.subplots(figsize=(max(8, len(cases) * 0.9), 4.5))
+    width = 0.8 / max(1, len(impls))
+    for i, impl in enumerate(impls):
+        ys = [val.get((c, impl)) or 0.0 for c in cases]
+        ax.bar([x + i * width for x in range(len(cases))], ys, width, label=impl)
+    labels = [(f"{c[4]}x" if c[4] > 1 else "") + f"{c[0]}x{c[1]}x{c[2]}" + ("" if c[3] == "NN" else f" {c[3]}")
+              for c in cases]
+    ax.set_xticks([x + 0.4 - width / 2 for x in range(len(cases))], labels, rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("TFLOPS (FP32)")
+    ax.set_title(f"tilegemm bench on {doc['gpu']} ({doc['date']})")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def call_overhead(sizes=(64, 256), calls: int = 2000, repeats: int = 5) -> list[dict]:
+    """Host time per call (µs) of tilegemm.matmul, cupy.matmul and torch.matmul with ``out=``,
+    at sizes where the GPU work is a few microseconds: the calls are issued back to back and the
+    wall time is divided by their number (median of ``repeats``)."""
+    import time
+
+    cupy = _cupy()
+    fns = {"tilegemm": lambda a, b, o: api.matmul(a, b, out=o),
+           "cupy": lambda a, b, o: cupy.matmul(a, b, out=o)}
+    try:
+        import torch
+
+        fns["torch"] = lambda a, b, o: torch.matmul(a, b, out=o)
+    except Exception:
+        torch = None
+    rows = []
+    for n in sizes:
+        a, b = make_operands(n, n, n)
+        o = cupy.empty((n, n), np.float32)
+        for name, fn in fns.items():
+            args = (a, b, o)
+            if name == "torch":
+                args = tuple(torch.from_dlpack(x) for x in args)
+            for _ in range(50):
+                fn(*args)
+            cupy.cuda.Device().synchronize()
+            per = []
+            for _ in range(repeats):
+                t = time.perf_counter()
+                for _ in range(calls):
+                    fn(*args)
+                per.append((time.perf_counter() - t) / calls * 1e6)
+                cupy.cuda.Device().synchronize()
+            rows.append({"impl": name, "size": n, "us_per_call": float(np.median(per))})
     return rows
 
 

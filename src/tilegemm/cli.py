@@ -55,30 +55,114 @@ def _report_failures(rows, tolerance) -> int:
     return 1 if failed else 0
 
 
+def _bench_cases(args):
+    from .bench import SUITE, parse_size
+
+    if args.sizes:
+        return [(*parse_size(sz), lay, 1) for sz in args.sizes for lay in args.layouts]
+    return list(SUITE)
+
+
 def cmd_bench(args) -> int:
     from . import bench
 
-    names, sizes = _names_and_sizes(args)
+    names = args.kernels or ["gemm"]
+    for n in names:
+        registry.get(n)
+    cases = _bench_cases(args)
     if not runtime.have_gpu():
         console.print(_static_table(names, args.arch or "sm_90"))
-        console.print("[yellow]No CUDA GPU here: kernels compiled and their resources shown; "
-                      "timings and checks need a GPU.[/yellow]")
+        console.print("[yellow]No CUDA GPU here: kernels compiled and their resources shown; the "
+                      f"{len(cases)} benchmark cases (checks and timings) need a GPU.[/yellow]")
         return 0
+    refs = [r for r in bench.available_references() if r in (args.refs if args.refs is not None else ("torch", "triton"))]
     rows = []
     from rich.progress import Progress
 
     with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("benchmarking", total=len(sizes) * len(args.layouts) * (len(names) + 1))
-        for (M, N, K) in sizes:
-            for layout in args.layouts:
-                rows += bench.measure(names, M, N, K, layout,
-                                      progress=lambda r: progress.advance(task))
+        task = progress.add_task("benchmarking", total=len(cases) * (len(names) + 1 + len(refs)))
+        for (M, N, K, layout, batch) in cases:
+            rows += bench.measure(names, M, N, K, layout, batch=batch, refs=refs,
+                                  progress=lambda r: progress.advance(task))
     props = runtime.device_properties()
     console.print(_results_table(rows, f"tilegemm bench on {props.name}"))
+    extra = {}
+    ours = [r for r in rows if r.kernel in ("tilegemm",) + tuple(names)]
+    if ours:
+        gm = bench.geomean([r.ratio for r in ours if r.kernel == ours[0].kernel])
+        extra["geomean_ratio"] = {ours[0].kernel: gm}
+        for ref in refs:
+            extra["geomean_ratio"][ref] = bench.geomean([r.ratio for r in rows if r.kernel == ref])
+        console.print("geometric mean of the ratio to cuBLAS: " +
+                      ", ".join(f"{k} {v:.3f}x" for k, v in extra["geomean_ratio"].items()))
+    if not args.no_overhead:
+        extra["call_overhead_us"] = bench.call_overhead()
+        console.print("host time per call (µs): " + ", ".join(
+            f"{o['impl']} {o['size']}³ {o['us_per_call']:.1f}" for o in extra["call_overhead_us"]))
     if not args.no_write:
-        path = bench.write_results(bench.results_document(rows), args.out, args.tag)
-        console.print(f"results written to {path}")
+        doc = bench.results_document(rows, **extra)
+        path = bench.write_results(doc, args.out, args.tag)
+        bench.plot_suite(doc, path.with_suffix(".png"))
+        console.print(f"results written to {path} and {path.with_suffix('.png')}")
     return _report_failures(rows, bench.TOLERANCE)
+
+
+def cmd_tune(args) -> int:
+    from . import autotune, tuning
+    from .bench import SUITE, parse_size
+
+    if args.shapes:
+        cases = [(*parse_size(sz), lay, 1) for sz in args.shapes for lay in args.layouts]
+    else:
+        cases = [c for c in SUITE if c[3] in args.layouts or args.layouts == ["NN"] and c[3] == "NN"]
+    if not runtime.have_gpu():
+        limits = registry.Limits.for_arch(args.arch or "sm_90")
+        table = Table(title=f"tuning candidates for {args.arch or 'sm_90'} (no GPU: nothing timed)")
+        _add_columns(table, ("shape", "layout", "candidates", "heuristic config"))
+        for (M, N, K, layout, batch) in cases:
+            cands = autotune.candidates(M, N, K, batch, 132, limits, args.top)
+            h = tuning.heuristic(M, N, K, batch)
+            table.add_row(f"{batch}x{M}x{N}x{K}" if batch > 1 else f"{M}x{N}x{K}", layout, str(len(cands)),
+                          " ".join(f"{k}={v}" for k, v in h.items()))
+        console.print(table)
+        console.print("[yellow]No CUDA GPU here: candidates enumerated and pruned; compiling, checking "
+                      "and timing them needs a GPU.[/yellow]")
+        return 0
+    from rich.progress import Progress
+
+    dev = runtime.current_device()
+    results = []
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("tuning", total=len(cases))
+        for (M, N, K, layout, batch) in cases:
+            progress.update(task, description=f"tuning {batch}x{M}x{N}x{K} {layout}")
+            results.append(autotune.tune_shape(dev, layout, M, N, K, batch, top=args.top))
+            progress.advance(task)
+    table = Table(title=f"tuned on {runtime.device_properties().name}")
+    _add_columns(table, ("shape", "layout", "TFLOPS", "tried", "config"))
+    for r in results:
+        table.add_row(f"{r['count']}x{r['M']}x{r['N']}x{r['K']}" if r["count"] > 1 else f"{r['M']}x{r['N']}x{r['K']}",
+                      r["layout"], _fmt(r["tflops"]), str(len(r["tried"])),
+                      " ".join(f"{k}={v}" for k, v in r["config"].items()))
+    console.print(table)
+    sel = tuning.selector(dev)
+    console.print(f"tuning cache: {sel.cache_path}")
+    if args.ship:
+        from pathlib import Path
+
+        path = Path(args.ship) / sel.table_path.name
+        entries = {tuning._entry_key(r["layout"], tuning.bucket(r["M"], r["N"], r["K"], r["count"])):
+                   {"config": r["config"], "tflops": r["tflops"], "ms": r["ms"],
+                    "shape": [r["M"], r["N"], r["K"], r["count"]]} for r in results}
+        tuning.merge_entries(path, entries, {"gpu": sel.props.name})
+        console.print(f"table written to {path}")
+    if args.out:
+        import json
+        from pathlib import Path
+
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "tune.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    return 0
 
 
 def _occupancy_text(spec, params, res, limits) -> str:
@@ -157,11 +241,15 @@ def build_parser() -> argparse.ArgumentParser:
                        description="On a GPU: check each kernel against float64, time it beside "
                        "cuBLAS, print a table and write benchmarks/results/<gpu>-<date>.json. "
                        "Without a GPU: compile the kernels and show their resources.")
-    p.add_argument("--sizes", nargs="+", default=DEFAULT_SIZES, metavar="SIZE",
-                   help="N (square) or MxNxK; default: %(default)s")
-    p.add_argument("--kernels", nargs="+", metavar="NAME", help=f"default: all of {sorted(registry.RUNGS)}")
+    p.add_argument("--sizes", nargs="+", metavar="SIZE",
+                   help="N (square) or MxNxK; default: the suite (../shared/ANCHORS.md, other layouts, batches)")
+    p.add_argument("--kernels", nargs="+", metavar="NAME",
+                   help="gemm (the tuned default path) and/or ladder rungs; default: gemm")
     p.add_argument("--layouts", nargs="+", default=["NN"], choices=registry.LAYOUTS,
-                   help="operand layouts, T = transposed view; default: NN")
+                   help="operand layouts for --sizes, T = transposed view; default: NN")
+    p.add_argument("--refs", nargs="*", choices=("torch", "triton"),
+                   help="references beside cuBLAS, where installed; default: torch triton")
+    p.add_argument("--no-overhead", action="store_true", help="skip the per-call host overhead measurement")
     p.add_argument("--out", default="benchmarks/results", help="results folder; default: %(default)s")
     p.add_argument("--tag", help="suffix of the results file name")
     p.add_argument("--no-write", action="store_true", help="print only, write no results file")
@@ -182,6 +270,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-write", action="store_true", help="print only")
     p.add_argument("--arch", help="arch for the GPU-free columns (default sm_90)")
     p.set_defaults(func=cmd_ladder)
+
+    p = sub.add_parser("tune", help="tune the kernel family for this GPU; results go to the tuning cache",
+                       description="For each shape: enumerate configs from the constraints, prune with "
+                       "the resource model, compile in parallel, check each against float64, time the "
+                       "rest, and record the fastest in the tuning cache (later calls use it).")
+    p.add_argument("--shapes", nargs="+", metavar="SIZE", help="N or MxNxK; default: the bench suite")
+    p.add_argument("--suite", action="store_true", help="the bench suite (the default)")
+    p.add_argument("--layouts", nargs="+", default=["NN"], choices=registry.LAYOUTS,
+                   help="layouts to tune; default: NN (other layouts fall back to NN's entry)")
+    p.add_argument("--top", type=int, default=24, help="candidates timed per shape; default: %(default)s")
+    p.add_argument("--ship", metavar="DIR", help="also write the results as a shippable table into DIR")
+    p.add_argument("--out", help="also write every candidate's timing to OUT/tune.json")
+    p.add_argument("--arch", help="arch for the GPU-free listing (default sm_90)")
+    p.set_defaults(func=cmd_tune)
     return parser
 
 

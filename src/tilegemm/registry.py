@@ -75,6 +75,7 @@ class KernelSpec:
     linear_grid: bool = False  # 1-D grid of all tiles (the kernel maps block index -> tile)
     entry: str = "tilegemm_kernel"
     seed: str = ""
+    runtime: tuple = ()  # parameters passed at launch, not compiled in (e.g. split-K's "splits")
 
     def params(self, overrides: dict | None = None) -> dict:
         p = dict(self.defaults)
@@ -99,7 +100,7 @@ class KernelSpec:
     def defines(self, params: dict, layout: str = "NN", vec: int = 4) -> dict:
         if layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-        d = {k.upper(): v for k, v in params.items()}
+        d = {k.upper(): v for k, v in params.items() if k not in self.runtime}
         d["TG_TRANS_A"] = int(layout[0] == "T")
         d["TG_TRANS_B"] = int(layout[1] == "T")
         if self.vec:
@@ -108,11 +109,15 @@ class KernelSpec:
             d["TG_VEC"] = vec
         return d
 
+    def compiled_params(self, params: dict) -> dict:
+        """The parameters that select a cubin (runtime ones set to their defaults)."""
+        return {k: (self.defaults[k] if k in self.runtime else v) for k, v in params.items()}
+
     def compile(self, params: dict | None = None, layout: str = "NN", arch=None,
-                use_cache: bool = True, vec: int = 4) -> compiler.CompiledKernel:
+                use_cache: bool = True, vec: int = 4, limits: "Limits | None" = None) -> compiler.CompiledKernel:
         p = self.params(params)
         arch = compiler.normalize_arch(arch)
-        self.check(p, Limits.for_arch(arch))
+        self.check(p, limits or Limits.for_arch(arch))
         return compiler.compile_file(
             self.file, entry=self.entry, defines=self.defines(p, layout, vec), arch=arch,
             use_cache=use_cache,
@@ -254,12 +259,89 @@ _tile128(
 )
 
 
+# --------------------------------------------------------------------------- the production family
+
+
+def _threads(p):
+    return (p["bm"] // p["tm"]) * (p["bn"] // p["tn"])
+
+
+def _tile_loads(rows: int, cols: int, threads: int) -> bool:
+    """tg_tiles.cuh's GTile: whole float4s per thread, each thread's float4s in one column."""
+    return cols % 4 == 0 and (rows * cols) % (4 * threads) == 0 and threads % (cols // 4) == 0
+
+
+def family_smem(p) -> int:
+    """Dynamic shared memory of gemm.cu: two buffers of a BK x (BM+4) and a BK x (BN+4) tile."""
+    return 2 * p["bk"] * (p["bm"] + p["bn"] + 8) * 4
+
+
+def family_regs_estimate(p) -> int:
+    """Registers a config needs at least (accumulators, two fragment sets, staged tile, ~24 for
+    pointers and indices); the tuner prunes on it before compiling, ptxas has the last word."""
+    staged = (p["bm"] * p["bk"] + p["bk"] * p["bn"]) // _threads(p)
+    return p["tm"] * p["tn"] + 2 * (p["tm"] + p["tn"]) + staged + 24
+
+
+def _warps_fit(p) -> bool:
+    ln = p["ln"]
+    return 32 % ln == 0 and (p["bn"] // p["tn"]) % ln == 0 and (p["bm"] // p["tm"]) % (32 // ln) == 0
+
+
+FAMILY_CONSTRAINTS = (
+    _c("tm and tn are 4, 8, 12 or 16 (4 x 4 patches, LDS.128 fragments)",
+       lambda p, lim: p["tm"] in (4, 8, 12, 16) and p["tn"] in (4, 8, 12, 16)),
+    _c("bm % tm == 0 and bn % tn == 0", lambda p, lim: p["bm"] % p["tm"] == 0 and p["bn"] % p["tn"] == 0),
+    _c("bk is a positive multiple of 4", lambda p, lim: p["bk"] > 0 and p["bk"] % 4 == 0),
+    _c("ln divides 32 and warps of (32/ln) x ln threads tile the (bm/tm) x (bn/tn) thread grid",
+       lambda p, lim: p["bm"] % p["tm"] == 0 and p["bn"] % p["tn"] == 0 and _warps_fit(p)),
+    _c("(bm/tm)*(bn/tn) threads is a multiple of 32 and <= max threads per block",
+       lambda p, lim: _threads(p) % 32 == 0 and 0 < _threads(p) <= lim.max_threads_per_block),
+    _c("the bm x bk and bk x bn tiles split into float4 loads, one column per thread, in both layouts",
+       lambda p, lim: all(_tile_loads(r, c, _threads(p)) for r, c in
+                          ((p["bm"], p["bk"]), (p["bk"], p["bm"]), (p["bk"], p["bn"]), (p["bn"], p["bk"])))),
+    _c("2 * bk * (bm + bn + 8) * 4 bytes <= shared memory per block",
+       lambda p, lim: family_smem(p) <= lim.smem_per_block_optin),
+    _c("minb >= 0, and minb blocks fit on an SM (threads, shared memory, >= the register estimate)",
+       lambda p, lim: p["minb"] >= 0 and p["minb"] * _threads(p) <= lim.max_threads_per_sm
+       and p["minb"] * (family_smem(p) + 1024) <= lim.smem_per_sm
+       and family_regs_estimate(p) <= min(255, lim.regs_per_sm // max(1, p["minb"] * _threads(p)))),
+    _c("swizzle >= 0", lambda p, lim: p["swizzle"] >= 0),
+    _c("splits >= 1", lambda p, lim: p["splits"] >= 1),
+)
+
+FAMILY = KernelSpec(
+    name="gemm",
+    file="gemm.cu",
+    summary="the production family: rung 8 with every tile size a parameter, batches, alpha/beta, split-K",
+    seed="beyond the seeds (docs/perf-notes.md)",
+    defaults={"bm": 128, "bn": 128, "bk": 8, "tm": 8, "tn": 8, "ln": 8, "minb": 2, "swizzle": 8, "splits": 1},
+    block=lambda p: (_threads(p), 1, 1),
+    tile=lambda p: (p["bm"], p["bn"]),
+    smem=family_smem,
+    constraints=FAMILY_CONSTRAINTS,
+    vec=True,
+    linear_grid=True,
+    entry="tilegemm_gemm",
+    runtime=("splits",),
+)
+
+REDUCE = KernelSpec(
+    name="splitk_reduce", file="splitk_reduce.cu", summary="split-K: add the partial products",
+    defaults={}, block=lambda p: (256, 1, 1), tile=lambda p: (1, 1), entry="tilegemm_splitk_reduce",
+)
+
+KERNELS: dict[str, KernelSpec] = {FAMILY.name: FAMILY}
+
+
 def get(name: str) -> KernelSpec:
+    if name == FAMILY.name:
+        return FAMILY
     try:
         return RUNGS[name]
     except KeyError:
         raise ValueError(
-            f"kernel={name!r} is not a tilegemm kernel; choose one of {sorted(RUNGS)}"
+            f"kernel={name!r} is not a tilegemm kernel; choose one of {[FAMILY.name] + sorted(RUNGS)}"
         ) from None
 
 

@@ -1,0 +1,186 @@
+"""The autotuner: enumerate the family's configs from its constraints, prune with the resource
+model, compile in parallel, check each against a float64 reference, time the survivors.
+
+Timing follows bench.py: CUDA events around batches of launches, rotating among input sets that
+together exceed the L2 cache (no warm-L2 numbers), median over batches.  Results go to the user's
+tuning cache (tuning.py), merged under a file lock.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+from concurrent.futures import ProcessPoolExecutor
+
+from . import registry, tuning
+from .occupancy import occupancy
+
+F = registry.FAMILY
+GRID = {
+    "bm": (32, 64, 128, 256), "bn": (32, 64, 128, 256), "tm": (4, 8, 16), "tn": (4, 8, 16),
+    "bk": (8, 16, 32), "ln": (4, 8, 16),
+}
+TOLERANCE = 1e-5
+
+
+def enumerate_configs(limits: registry.Limits) -> list[dict]:
+    """Every config of the grid that meets the family's constraints, with its register cap
+    (minb) set to the most blocks per SM that the register estimate allows, and to 0 (none)."""
+    out = []
+    for bm, bn, tm, tn, bk, ln in itertools.product(*GRID.values()):
+        base = {"bm": bm, "bn": bn, "tm": tm, "tn": tn, "bk": bk, "ln": ln, "swizzle": 8, "splits": 1}
+        threads = (bm // tm) * (bn // tn) if bm % tm == 0 and bn % tn == 0 else 0
+        if not 64 <= threads <= 512:
+            continue
+        est = registry.family_regs_estimate({**base, "minb": 0}) if threads else 999
+        if est > 255:
+            continue
+        fit = min(limits.regs_per_sm // (threads * max(est, 1)), limits.max_threads_per_sm // threads,
+                  limits.smem_per_sm // (registry.family_smem(base) + 1024))
+        for minb in sorted({0, fit}):
+            cfg = {**base, "minb": minb}
+            if not F.violations(F.params(cfg), limits):
+                out.append(cfg)
+    return out
+
+
+def score(cfg: dict, M: int, N: int, K: int, count: int, sms: int, limits: registry.Limits) -> float:
+    """A rough expected efficiency used only to order candidates: wave quantisation x FFMA per
+    shared load x a cost for split-K's extra pass."""
+    threads = (cfg["bm"] // cfg["tm"]) * (cfg["bn"] // cfg["tn"])
+    regs = registry.family_regs_estimate(cfg)
+    if cfg["minb"]:
+        regs = min(regs, limits.regs_per_sm // (cfg["minb"] * threads))
+    occ = occupancy(threads, regs, registry.family_smem(cfg), limits)
+    blocks = -(-M // cfg["bm"]) * -(-N // cfg["bn"]) * count * cfg["splits"]
+    resident = max(1, occ.blocks) * sms
+    waves = -(-blocks // resident)
+    wave_eff = blocks / (waves * resident)
+    tile_eff = min(1.0, (cfg["tm"] * cfg["tn"]) / 64) ** 0.5 * min(1.0, occ.warps / 8) ** 0.5
+    # global loads per FMA fall with the block tile: bm*bn/(bm+bn) is 64 for 128 x 128
+    tile_eff *= min(1.0, cfg["bm"] * cfg["bn"] / (cfg["bm"] + cfg["bn"]) / 64) ** 0.5
+    edge_eff = (M * N) / (-(-M // cfg["bm"]) * cfg["bm"] * -(-N // cfg["bn"]) * cfg["bn"])
+    split_cost = 1.0 / (1.0 + 0.05 * (cfg["splits"] > 1) + cfg["splits"] * M * N * 8 / (2.0 * M * N * K) * 30)
+    return wave_eff * tile_eff * edge_eff * split_cost
+
+
+def candidates(M: int, N: int, K: int, count: int, sms: int, limits: registry.Limits,
+               top: int = 24) -> list[dict]:
+    """The ``top`` configs by score, split-K variants included where K is long."""
+    base = enumerate_configs(limits)
+    pool = []
+    for cfg in base:
+        for splits in (1, 2, 4, 8, 16, 32):
+            if splits > 1 and (K // splits < 128 or -(-M // cfg["bm"]) * -(-N // cfg["bn"]) * count >= sms):
+                continue
+            pool.append({**cfg, "splits": splits})
+    pool.sort(key=lambda c: -score(c, M, N, K, count, sms, limits))
+    chosen, per_tile = [], {}
+    for c in pool:  # at most two variants (bk, ln, minb) per tile shape and split: a varied set
+        key = (c["bm"], c["bn"], c["tm"], c["tn"], c["splits"])
+        if per_tile.get(key, 0) < 2 and len(chosen) < top:
+            per_tile[key] = per_tile.get(key, 0) + 1
+            chosen.append(c)
+    for must in (tuning.BIG, tuning.heuristic(M, N, K, count, sms)):  # always measure these
+        m = {**must, "splits": must.get("splits", 1)}
+        if m not in chosen:
+            chosen.append(m)
+    return chosen
+
+
+def _compile_one(args):
+    cfg, layout, arch, vec = args
+    try:
+        k = F.compile(F.compiled_params(F.params(cfg)), layout, arch=arch, vec=vec)
+        return k.resources.registers, k.resources.spill_stores + k.resources.spill_loads, None
+    except Exception as exc:  # reported, never fatal for the tuner
+        return None, None, str(exc)[:300]
+
+
+def compile_all(cfgs: list[dict], layouts, arch: str, vec: int = 4, progress=None, workers=None) -> dict:
+    """Compile every (config, layout) in a process pool (results land in the disk cache);
+    returns {(config items, layout): (registers, spilled bytes, error)}."""
+    jobs = [(c, lay, arch, vec) for c in cfgs for lay in layouts]
+    uniq = {}
+    for j in jobs:
+        key = (tuple(sorted(F.compiled_params(F.params(j[0])).items())), j[1])
+        uniq.setdefault(key, j)
+    results = {}
+    workers = workers or min(len(uniq), os.cpu_count() or 2) or 1
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        for key, res in zip(uniq, pool.map(_compile_one, uniq.values())):
+            results[key] = res
+            if progress:
+                progress()
+    return results
+
+
+def tune_shape(device: int, layout: str, M: int, N: int, K: int, count: int = 1, top: int = 24,
+               progress=None, write: bool = True) -> dict:
+    """Tune one shape on ``device``; returns {"config", "tflops", "ms", "rel_err", "tried"} and
+    (``write``) records it in the user's tuning cache."""
+    import numpy as np
+
+    from . import api, bench, runtime
+
+    cupy = runtime._cupy()
+    props = runtime.device_properties(device)
+    limits = registry.Limits.from_props(props)
+    cands = candidates(M, N, K, count, props.sms, limits, top)
+    built = compile_all(cands, [layout], props.arch)
+    ok = []
+    for c in cands:
+        regs, spills, err = built[(tuple(sorted(F.compiled_params(F.params(c)).items())), layout)]
+        if err is None and spills == 0:
+            ok.append(c)
+    with cupy.cuda.Device(device):
+        n_sets = bench._n_sets(M, N, K, count)
+        sets = [_operands(M, N, K, count, layout, cupy) for _ in range(n_sets)]
+        outs = [cupy.empty((count, M, N), dtype=np.float32) for _ in range(n_sets)]
+        a, b = _operands(M, N, K, count, layout, cupy)
+        ref = cupy.matmul(a.astype(np.float64), b.astype(np.float64))
+        ref_norm = float(cupy.linalg.norm(ref))
+        tried = []
+        flop = 2.0 * M * N * K * count
+        for c in ok:
+            out = cupy.full((count, M, N), np.nan, dtype=np.float32)
+            api.matmul(a, b, out=out, config=c)
+            err = float(cupy.linalg.norm(out.astype(np.float64) - ref)) / (ref_norm or 1.0)
+            if not err < TOLERANCE:
+                tried.append({"config": c, "rel_err": err, "ms": None, "tflops": None})
+                continue
+            ms = bench.time_launches(lambda i, c=c: api.matmul(*sets[i], out=outs[i], config=c), n_sets,
+                                     target_s=0.15, batch_ms=5.0)
+            tried.append({"config": c, "rel_err": err, "ms": ms, "tflops": flop / ms / 1e9})
+            if progress:
+                progress(tried[-1])
+    timed = [t for t in tried if t["tflops"]]
+    if not timed:
+        raise RuntimeError(f"no candidate config passed the check for {M}x{N}x{K} x{count} {layout}")
+    best = max(timed, key=lambda t: t["tflops"])
+    result = {**best, "M": M, "N": N, "K": K, "count": count, "layout": layout, "tried": tried}
+    if write:
+        sel = tuning.selector(device)
+        entry = {k: best[k] for k in ("config", "tflops", "ms")} | {"shape": [M, N, K, count]}
+        tuning.merge_entries(sel.cache_path, {tuning._entry_key(layout, tuning.bucket(M, N, K, count)): entry},
+                             {"gpu": props.name})
+        sel.forget()
+    return result
+
+
+def _operands(M, N, K, count, layout, cupy):
+    import numpy as np
+
+    rng = cupy.random.default_rng()
+    a = rng.standard_normal((count, K, M) if layout[0] == "T" else (count, M, K), dtype=np.float32)
+    b = rng.standard_normal((count, N, K) if layout[1] == "T" else (count, K, N), dtype=np.float32)
+    return (a.swapaxes(1, 2) if layout[0] == "T" else a), (b.swapaxes(1, 2) if layout[1] == "T" else b)
+
+
+def shape_count(shape: tuple) -> tuple:
+    """(M, N, K, count) from (M, N, K) or (count, M, N, K)."""
+    return (*shape, 1) if len(shape) == 3 else (shape[1], shape[2], shape[3], shape[0])
+
+
+__all__ = ["enumerate_configs", "candidates", "compile_all", "tune_shape", "score", "math"]

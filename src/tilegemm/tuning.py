@@ -1,0 +1,198 @@
+"""Which config of the kernel family runs a given shape: tuned tables, a persistent cache, a heuristic.
+
+Lookup, first hit wins, memoised per process so that after the first call for a shape the call
+path does no file I/O:
+1. the user's tuning cache (``tilegemm tune`` or ``TILEGEMM_AUTOTUNE=1``), keyed by GPU name,
+   compute capability, driver, NVRTC and package versions;
+2. the table shipped in the package for this GPU name (``tilegemm/tables/<gpu>.json``);
+3. the heuristic below (any GPU).
+Within a table, a shape matches an entry of its layout and shape bucket: M, N, K and the batch
+count each rounded to the nearest power of two.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import threading
+import warnings
+from pathlib import Path
+
+from . import registry
+from ._version import __version__
+
+TABLE_DIR = Path(__file__).parent / "tables"
+SCHEMA = 1
+
+# Small-tile configs for shapes with few tiles (the tuner checks them; the heuristic uses them).
+BIG = {"bm": 128, "bn": 128, "bk": 8, "tm": 8, "tn": 8, "ln": 8, "minb": 2, "swizzle": 8}
+MEDIUM = {"bm": 64, "bn": 128, "bk": 16, "tm": 8, "tn": 8, "ln": 8, "minb": 3, "swizzle": 8}
+SMALL = {"bm": 64, "bn": 64, "bk": 16, "tm": 4, "tn": 4, "ln": 8, "minb": 4, "swizzle": 8}
+
+
+def bucket(M: int, N: int, K: int, count: int) -> tuple:
+    """Shape bucket: each size rounded to the nearest power of two (in log scale)."""
+    return tuple(int(round(math.log2(max(x, 1)))) for x in (M, N, K, count))
+
+
+def _blocks(cfg, M, N, count) -> int:
+    return -(-M // cfg["bm"]) * -(-N // cfg["bn"]) * count
+
+
+def heuristic(M: int, N: int, K: int, count: int, sms: int = 132) -> dict:
+    """A sound config for any GPU: the largest tile that still gives every SM work, then split-K
+    when even the small tile leaves SMs idle and K is long enough to share."""
+    for cfg in (BIG, MEDIUM, SMALL):
+        if _blocks(cfg, M, N, count) >= sms:
+            return {**cfg, "splits": 1}
+    cfg = SMALL if _blocks(MEDIUM, M, N, count) < sms // 2 else MEDIUM
+    blocks = _blocks(cfg, M, N, count)
+    splits = 1
+    while blocks * splits * 2 <= 2 * sms and K // (splits * 2) >= 256:
+        splits *= 2
+    return {**cfg, "splits": splits}
+
+
+# --------------------------------------------------------------------------- tables and cache
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-")
+
+
+def cache_dir() -> Path:
+    from .compiler import cache_dir as compile_cache_dir
+
+    env = os.environ.get("TILEGEMM_TUNE_DIR")
+    return Path(env) if env else Path(compile_cache_dir()) / "tuning"
+
+
+def cache_key(props, driver: str, nvrtc: str) -> str:
+    """The cache file's name: everything that can change which config is fastest."""
+    return _slug(f"{props.name}-sm{props.major}{props.minor}-drv{driver}-nvrtc{nvrtc}-tg{__version__}")
+
+
+def _entry_key(layout: str, b: tuple) -> str:
+    return f"{layout}:{'x'.join(map(str, b))}"
+
+
+def read_table(path: Path) -> dict:
+    """Entries of a table or cache file; a corrupt file is reported and treated as empty."""
+    try:
+        doc = json.loads(path.read_text())
+        if doc.get("schema") != SCHEMA or not isinstance(doc.get("entries"), dict):
+            raise ValueError("unknown schema")
+        return doc["entries"]
+    except FileNotFoundError:
+        return {}
+    except (ValueError, OSError, AttributeError) as exc:
+        warnings.warn(f"tilegemm: ignoring the unreadable tuning file {path} ({exc}); it will be "
+                      f"rebuilt", RuntimeWarning, stacklevel=2)
+        return {}
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(str(path) + ".lock", "a+") as fh:
+        try:
+            import fcntl
+
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        except ImportError:  # pragma: no cover - not POSIX
+            pass
+        yield
+
+
+def merge_entries(path: Path, entries: dict, meta: dict | None = None) -> None:
+    """Add ``entries`` to the table at ``path``: read, merge and atomically replace under a file
+    lock, so concurrent tuners lose nothing; a corrupt file is replaced."""
+    with _locked(path):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            old = read_table(path)
+        old.update(entries)
+        doc = {"schema": SCHEMA, **(meta or {}), "entries": dict(sorted(old.items()))}
+        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(json.dumps(doc, indent=1) + "\n")
+        os.replace(tmp, path)
+
+
+def lookup(entries: dict, layout: str, M: int, N: int, K: int, count: int) -> dict | None:
+    """The entry for this layout and bucket, else the NN entry of the bucket (a config runs every
+    layout; NN is the one always tuned)."""
+    b = bucket(M, N, K, count)
+    e = entries.get(_entry_key(layout, b)) or entries.get(_entry_key("NN", b))
+    return dict(e["config"]) if e else None
+
+
+class Selector:
+    """Config selection for one device, memoised per (layout, M, N, K, count)."""
+
+    def __init__(self, props, driver: str, nvrtc: str):
+        self.props = props
+        self.cache_path = cache_dir() / (cache_key(props, driver, nvrtc) + ".json")
+        self.table_path = TABLE_DIR / (_slug(props.name) + ".json")
+        self._user = None
+        self._shipped = None
+        self._memo: dict[tuple, dict] = {}
+        self._lock = threading.Lock()
+
+    def tables(self) -> tuple[dict, dict]:
+        if self._user is None:
+            self._user = read_table(self.cache_path)
+            self._shipped = read_table(self.table_path)
+        return self._user, self._shipped
+
+    def source(self, layout, M, N, K, count) -> tuple[dict, str]:
+        user, shipped = self.tables()
+        limits = registry.Limits.from_props(self.props)
+        for name, entries in (("tuned", user), ("shipped", shipped)):
+            cfg = lookup(entries, layout, M, N, K, count)
+            if cfg is not None and not check_config(cfg, limits):
+                return cfg, name
+        return heuristic(M, N, K, count, self.props.sms), "heuristic"
+
+    def __call__(self, layout, M, N, K, count) -> dict:
+        key = (layout, M, N, K, count)
+        cfg = self._memo.get(key)
+        if cfg is None:
+            with self._lock:
+                cfg, src = self.source(layout, M, N, K, count)
+                if src == "heuristic" and os.environ.get("TILEGEMM_AUTOTUNE") == "1":
+                    from . import autotune
+
+                    cfg = autotune.tune_shape(self.props.id, layout, M, N, K, count)["config"]
+                    self._user = None  # re-read: the tuner wrote the cache
+                self._memo[key] = cfg
+        return cfg
+
+    def forget(self) -> None:
+        with self._lock:
+            self._memo.clear()
+            self._user = self._shipped = None
+
+
+_selectors: dict[int, Selector] = {}
+
+
+def selector(device: int) -> Selector:
+    sel = _selectors.get(device)
+    if sel is None:
+        from . import compiler, runtime
+        from .bench import _driver_version
+
+        sel = _selectors[device] = Selector(runtime.device_properties(device), _driver_version(),
+                                            "%d.%d" % compiler.nvrtc_version())
+    return sel
+
+
+def select(device: int, layout: str, M: int, N: int, K: int, count: int) -> dict:
+    return selector(device)(layout, M, N, K, count)
+
+
+def check_config(cfg: dict, limits: registry.Limits) -> list[str]:
+    return registry.FAMILY.violations(registry.FAMILY.params(cfg), limits)

@@ -448,7 +448,10 @@ def execute(p: Plan):
                 result = p.out.op.obj
                 d_ptr, d_b, d_lay = p.out.op.ptr, p.out.bstrides, p.out.layout
             if p.M and p.N and p.count:
-                _run(p, d_ptr, d_b, d_lay, device, stream)
+                _run(p, p.a.op.ptr, p.b.op.ptr, p.c.op.ptr if p.c else 0, d_ptr, d_b, d_lay, device, stream)
+            if not host and p.c is None and p.kernel == registry.FAMILY.name \
+                    and not p.config and p.alpha == 1.0 and p.shape == p.batch + (p.M, p.N):
+                _remember(p, d_b, d_lay, device)
             if host:
                 res = result.get(stream=stream)
                 res = res.reshape(p.shape)
@@ -471,12 +474,11 @@ def _to_device(p: Plan, cupy) -> Plan:
     return q
 
 
-def _run(p: Plan, d_ptr, d_b, d_lay, device, stream) -> None:
+def _run(p: Plan, a_ptr, b_ptr, c_ptr, d_ptr, d_b, d_lay, device, stream) -> None:
     M, N, K = p.M, p.N, p.K
     a, b = p.a, p.b
     lay_a, lay_b = a.layout, b.layout
-    c_ptr, c_b, (c_rs, c_cs) = (p.c.op.ptr, p.c.bstrides, p.c.layout) if p.c else (0, (0,) * len(p.batch), (0, 0))
-    a_ptr, b_ptr = a.op.ptr, b.op.ptr
+    c_b, (c_rs, c_cs) = (p.c.bstrides, p.c.layout) if p.c else ((0,) * len(p.batch), (0, 0))
     a_b, b_b = a.bstrides, b.bstrides
     if d_lay[0] == "T":  # column-major results: D^T (row-major N x M) = B^T A^T (+ beta C^T)
         a_ptr, b_ptr, a_b, b_b = b_ptr, a_ptr, b_b, a_b
@@ -515,14 +517,117 @@ def _run_family(p: Plan, M, N, K, count, layout, device, stream, A, B, C, D) -> 
     cfg.pop("splits", None)
     fn = launcher(registry.FAMILY.name, layout, vec, device, tuple(sorted(cfg.items())))
     if splits == 1:
-        fn.family(M, N, K, count, *A, *C, *D, p.alpha, p.beta if use_c else 0.0, 1, stream)
+        fn.family(M, N, K, count, *A, *B, *C, *D, p.alpha, p.beta if use_c else 0.0, 1, stream)
         return
     cupy = runtime._cupy()
     work = cupy.empty(count * splits * M * N, dtype=np.float32)
     wp = int(work.data.ptr)
-    fn.family(M, N, K, count, *A, *C, wp, N, M * N, 1.0, 0.0, splits, stream)
+    fn.family(M, N, K, count, *A, *B, *C, wp, N, M * N, 1.0, 0.0, splits, stream)
     _reduce(device, M, N, count, splits, wp, C[0], C[1], C[2], D[0], D[1], D[2], p.alpha,
             p.beta if use_c else 0.0, stream)
+
+
+# --------------------------------------------------------------------------- the repeat-call path
+#
+# After a first call has been planned and checked, a call with the same array types, shapes,
+# strides, dtypes, device and 16-byte alignment (only the pointers differ) reuses that plan: no
+# validation beyond the overlap test (which depends on the pointers), no compiling, no file I/O.
+# Plain matmul on CuPy arrays or torch tensors only; everything else takes the full path.
+
+_MISS = object()
+
+
+@dataclass(frozen=True)
+class _Fast:
+    plan: Plan
+    d_b: tuple
+    d_lay: tuple
+    device: int
+    spans: tuple  # (lo, hi) byte extents of a and b relative to their pointers
+
+
+_fast: dict[tuple, _Fast] = {}
+_ext_streams: dict[int, object] = {}
+
+
+def _meta(x):
+    mod = type(x).__module__
+    if mod.startswith("cupy"):
+        return ("cupy", x.shape, x.strides, x.dtype.char, x.device.id), x.data.ptr
+    if mod.startswith("torch") and x.is_cuda:
+        return ("torch", tuple(x.shape), x.stride(), x.dtype, x.device.index), x.data_ptr()
+    return None
+
+
+def _span_rel(op: Operand) -> tuple:
+    lo, hi = op.span()
+    return lo - op.ptr, hi - op.ptr
+
+
+def _strip(m: Mat | None) -> Mat | None:
+    """The plan's view of an operand without the array itself (the memo must not keep it alive)."""
+    if m is None:
+        return None
+    o = m.op
+    return Mat(Operand(o.name, o.kind, None, o.shape, o.strides, o.dtype, o.device, 0), m.bstrides, m.layout)
+
+
+def _remember(p: Plan, d_b, d_lay, device) -> None:
+    ka, kb = _meta(p.a.op.obj), _meta(p.b.op.obj)
+    ko = _meta(p.out.op.obj) if p.out is not None else ((None,), 0)
+    if ka is None or kb is None or ko is None or len(_fast) > 4096:
+        return
+    key = (ka[0], ka[1] % 16, kb[0], kb[1] % 16, ko[0], ko[1] % 16)
+    spans = (_span_rel(p.a.op), _span_rel(p.b.op), _span_rel(p.out.op) if p.out else None)
+    q = Plan(p.M, p.N, p.K, p.batch, p.shape, _strip(p.a), _strip(p.b), None, _strip(p.out), p.out_colmajor,
+             p.alpha, p.beta, p.kernel, p.device, p.config)
+    _fast[key] = _Fast(q, d_b, d_lay, device, spans)
+
+
+def _fast_matmul(a, b, out):
+    ma, mb = _meta(a), _meta(b)
+    mo = _meta(out) if out is not None else ((None,), 0)
+    if ma is None or mb is None or mo is None:
+        return _MISS
+    e = _fast.get((ma[0], ma[1] % 16, mb[0], mb[1] % 16, mo[0], mo[1] % 16))
+    if e is None:
+        return _MISS
+    cupy = runtime._cupy()
+    if cupy.cuda.runtime.getDevice() != e.device:
+        return _MISS
+    p = e.plan
+    if out is not None:  # the overlap test depends on the pointers: redo it (the full path reports)
+        (alo, ahi), (blo, bhi), (olo, ohi) = e.spans
+        po = mo[1]
+        for ptr, lo, hi in ((ma[1], alo, ahi), (mb[1], blo, bhi)):
+            if po + olo < ptr + hi and ptr + lo < po + ohi:
+                return _MISS
+        stream = _ext_stream(cupy, e.device) if ma[0][0] == "torch" else cupy.cuda.get_current_stream()
+        with stream:
+            _run(p, ma[1], mb[1], 0, po, e.d_b, e.d_lay, e.device, stream)
+        return out
+    if ma[0][0] == "torch":
+        import torch
+
+        stream = _ext_stream(cupy, e.device)
+        with stream:
+            result = torch.empty(p.batch + (p.M, p.N), dtype=torch.float32, device=a.device)
+            _run(p, ma[1], mb[1], 0, result.data_ptr(), e.d_b, e.d_lay, e.device, stream)
+    else:
+        stream = cupy.cuda.get_current_stream()
+        result = cupy.empty(p.batch + (p.M, p.N), dtype=np.float32)
+        _run(p, ma[1], mb[1], 0, result.data.ptr, e.d_b, e.d_lay, e.device, stream)
+    return result
+
+
+def _ext_stream(cupy, device):
+    import torch
+
+    handle = torch.cuda.current_stream(device).cuda_stream
+    stream = _ext_streams.get(handle)
+    if stream is None:
+        stream = _ext_streams[handle] = cupy.cuda.ExternalStream(handle, device)
+    return stream
 
 
 def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, out=None, kernel: str | None = None,
@@ -534,6 +639,10 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, out=None, kernel: str | None = No
     (it may be c itself for an in-place update); by default a new array of a's type whose matrices
     follow c's layout.  Inputs are never modified.  See ``matmul`` for the rest.
     """
+    if c is None and kernel is None and config is None and alpha == 1.0 and beta == 0.0:
+        res = _fast_matmul(a, b, out)
+        if res is not _MISS:
+            return res
     a, b = _from_dlpack(a, "a"), _from_dlpack(b, "b")
     c = _from_dlpack(c, "c") if c is not None else None
     out = _from_dlpack(out, "out") if out is not None else None

@@ -217,3 +217,22 @@ def test_every_family_config_of_the_tuner_grid_compiles_and_is_correct_somewhere
         tilegemm.matmul(a, b, out=out, config=cfg)
         err = float(cp.linalg.norm(out - ref) / cp.linalg.norm(ref))
         assert err < TOL, (cfg, err)
+
+
+def test_repeat_calls_reuse_the_plan_and_stay_correct(cp):
+    from tilegemm import api
+
+    rng = cp.random.default_rng()
+    for _ in range(3):  # same metadata, new arrays: the memoised path
+        a = rng.standard_normal((70, 50), dtype=np.float32)
+        b = rng.standard_normal((50, 90), dtype=np.float32)
+        out = cp.full((70, 90), np.nan, np.float32)
+        assert tilegemm.matmul(a, b, out=out) is out
+        ref = a.astype(np.float64) @ b.astype(np.float64)
+        assert float(cp.linalg.norm(out - ref) / cp.linalg.norm(ref)) < TOL
+        res = tilegemm.matmul(a, b)
+        assert float(cp.linalg.norm(res - ref) / cp.linalg.norm(ref)) < TOL
+    assert api._fast
+    buf = rng.standard_normal((70, 90), dtype=np.float32)
+    with pytest.raises(ValueError, match="out overlaps a in memory"):  # the overlap test still runs
+        tilegemm.matmul(buf[:, :50], b, out=buf)

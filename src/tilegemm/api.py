@@ -435,6 +435,7 @@ def execute(p: Plan):
         ops = [m.op for m in (p.a, p.b, p.c, p.out) if m is not None]
         stream = _stream(ops, device)
         with stream:
+            host_out = p.out
             if host:
                 p = _to_device(p, cupy)
             if p.out is None or host:
@@ -455,10 +456,10 @@ def execute(p: Plan):
             if host:
                 res = result.get(stream=stream)
                 res = res.reshape(p.shape)
-                if p.out is None:
+                if host_out is None:
                     return res
-                p.out.op.obj[...] = res
-                return p.out.op.obj
+                host_out.op.obj[...] = res
+                return host_out.op.obj
     if p.out is None and tuple(result.shape) != p.shape:
         result = result.reshape(p.shape)
     return result
@@ -544,6 +545,38 @@ class _Fast:
     d_lay: tuple
     device: int
     spans: tuple  # (lo, hi) byte extents of a and b relative to their pointers
+    direct: tuple | None  # (kernel, grid, block, smem, args, swap): one launch, pointers filled in
+
+
+def _direct_launch(p: Plan, d_b, d_lay, device):
+    """The single family launch a plain 2-D or uniformly batched product needs, with every argument
+    but the three pointers fixed; None where the call needs more (split-K, host loops, K = 0)."""
+    from . import tuning
+
+    M, N, K = p.M, p.N, p.K
+    lay_a, lay_b, a_b, b_b = p.a.layout, p.b.layout, p.a.bstrides, p.b.bstrides
+    swap = d_lay[0] == "T"
+    if swap:
+        a_b, b_b = b_b, a_b
+        lay_a, lay_b = (FLIP[p.b.layout[0]], p.b.layout[1]), (FLIP[p.a.layout[0]], p.a.layout[1])
+        M, N = N, M
+    count, (sa, sb, sc, sd), offsets = _groups(p.batch, [a_b, b_b, (0,) * len(p.batch), d_b])
+    if K == 0 or not M or not N or len(offsets) != 1 or count > _GRID_Z:
+        return None
+    layout = lay_a[0] + lay_b[0]
+    cfg = dict(tuning.select(device, layout, M, N, K, count))
+    if int(cfg.pop("splits", 1)) != 1:
+        return None
+    return (layout, M, N, K, count, lay_a[1], sa, lay_b[1], sb, d_lay[1], sd, tuple(sorted(cfg.items())), swap)
+
+
+def _direct_call(rec, pa, pb, pd, device, stream) -> None:
+    layout, M, N, K, count, lda, sa, ldb, sb, ldd, sd, cfg, swap = rec
+    if swap:
+        pa, pb = pb, pa
+    vec = vector_width((pa, lda, sa), (pb, ldb, sb), (pd, ldd, sd))
+    fn = launcher(registry.FAMILY.name, layout, vec, device, cfg)
+    fn.family(M, N, K, count, pa, lda, sa, pb, ldb, sb, 0, 0, 0, pd, ldd, sd, 1.0, 0.0, 1, stream)
 
 
 _fast: dict[tuple, _Fast] = {}
@@ -581,7 +614,7 @@ def _remember(p: Plan, d_b, d_lay, device) -> None:
     spans = (_span_rel(p.a.op), _span_rel(p.b.op), _span_rel(p.out.op) if p.out else None)
     q = Plan(p.M, p.N, p.K, p.batch, p.shape, _strip(p.a), _strip(p.b), None, _strip(p.out), p.out_colmajor,
              p.alpha, p.beta, p.kernel, p.device, p.config)
-    _fast[key] = _Fast(q, d_b, d_lay, device, spans)
+    _fast[key] = _Fast(q, d_b, d_lay, device, spans, _direct_launch(q, d_b, d_lay, device))
 
 
 def _fast_matmul(a, b, out):
@@ -603,8 +636,11 @@ def _fast_matmul(a, b, out):
             if po + olo < ptr + hi and ptr + lo < po + ohi:
                 return _MISS
         stream = _ext_stream(cupy, e.device) if ma[0][0] == "torch" else cupy.cuda.get_current_stream()
-        with stream:
-            _run(p, ma[1], mb[1], 0, po, e.d_b, e.d_lay, e.device, stream)
+        if e.direct is not None:
+            _direct_call(e.direct, ma[1], mb[1], po, e.device, stream)
+        else:
+            with stream:
+                _run(p, ma[1], mb[1], 0, po, e.d_b, e.d_lay, e.device, stream)
         return out
     if ma[0][0] == "torch":
         import torch
@@ -616,7 +652,10 @@ def _fast_matmul(a, b, out):
     else:
         stream = cupy.cuda.get_current_stream()
         result = cupy.empty(p.batch + (p.M, p.N), dtype=np.float32)
-        _run(p, ma[1], mb[1], 0, result.data.ptr, e.d_b, e.d_lay, e.device, stream)
+        if e.direct is not None:
+            _direct_call(e.direct, ma[1], mb[1], result.data.ptr, e.device, stream)
+        else:
+            _run(p, ma[1], mb[1], 0, result.data.ptr, e.d_b, e.d_lay, e.device, stream)
     return result
 
 

@@ -236,3 +236,15 @@ def test_repeat_calls_reuse_the_plan_and_stay_correct(cp):
     buf = rng.standard_normal((70, 90), dtype=np.float32)
     with pytest.raises(ValueError, match="out overlaps a in memory"):  # the overlap test still runs
         tilegemm.matmul(buf[:, :50], b, out=buf)
+
+
+def test_repeat_calls_with_other_alignment(cp):
+    """Same shapes and strides, but one call's views start 4 bytes in: each gets its own load width."""
+    rng = cp.random.default_rng()
+    for off in (0, 1, 0, 1):
+        buf_a = rng.standard_normal(64 * 64 + 1, dtype=np.float32)
+        buf_b = rng.standard_normal(64 * 64 + 1, dtype=np.float32)
+        a, b = buf_a[off:off + 64 * 64].reshape(64, 64), buf_b[off:off + 64 * 64].reshape(64, 64)
+        out = tilegemm.matmul(a, b)
+        ref = a.astype(np.float64) @ b.astype(np.float64)
+        assert float(cp.linalg.norm(out - ref) / cp.linalg.norm(ref)) < TOL

@@ -40,3 +40,21 @@ def test_pivot_table():
     assert "| kernel | 8³ | 8x4x2 TN | max rel. error |" in text
     assert "| 01_naive | 1.0 (50%) | failed | 1.0e+00 |" in text
     assert "| cublas | 2.0 |  | 1.0e-07 |" in text
+
+
+def test_suite_view():
+    from tilegemm.report import suite_table
+
+    doc = {"gpu": "G", "driver": "1", "date": "d", "versions": {"cupy": "c", "nvrtc": "n", "torch": "t"},
+           "geomean_ratio": {"tilegemm": 0.5}, "call_overhead_us": [{"impl": "tilegemm", "size": 64, "us_per_call": 9.0}],
+           "rows": [
+        {"kernel": "cublas", "M": 8, "N": 8, "K": 8, "layout": "NN", "batch": 1, "tflops": 2.0, "ratio": 1.0},
+        {"kernel": "tilegemm", "M": 8, "N": 8, "K": 8, "layout": "NN", "batch": 1, "tflops": 1.0, "ratio": 0.5,
+         "selected": {"bm": 64, "bn": 64, "bk": 16, "tm": 4, "tn": 4, "ln": 8, "minb": 4, "swizzle": 8,
+                      "splits": 2, "source": "shipped"}},
+        {"kernel": "cublas", "M": 8, "N": 8, "K": 8, "layout": "NN", "batch": 4, "tflops": 3.0, "ratio": 1.0},
+    ]}
+    text = suite_table(doc)
+    assert "| 8³ | 2.0 | 1.0 (50%) | 64x64x16 t4x4 ln8 minb4 split2 (shipped) |" in text
+    assert "| 4 x 8³ | 3.0 |  |  |" in text
+    assert "tilegemm 0.500x" in text and "tilegemm 64³ 9.0" in text

@@ -80,7 +80,41 @@ def seed001_table(doc: dict) -> str:
             + "\n".join(lines) + "\n")
 
 
-VIEWS = {"pivot": pivot_table, "seed001": seed001_table}
+def suite_table(doc: dict) -> str:
+    """The bench suite: one row per case, one column per implementation (TFLOPS, % of cuBLAS),
+    the config tilegemm chose and where it came from, then the geometric means and the per-call
+    host overhead."""
+    rows = [r for r in doc["rows"] if not r.get("config")]
+    cases, impls = [], []
+    for r in rows:
+        key = _shape(r)
+        if key not in cases:
+            cases.append(key)
+        if r["kernel"] not in impls:
+            impls.append(r["kernel"])
+    cell = {(_shape(r), r["kernel"]): r for r in rows}
+    lines = ["| case | " + " | ".join(impls) + " | tilegemm config (source) |",
+             "|---|" + "---|" * len(impls) + "---|"]
+    for c in cases:
+        vals = [_cell(cell[(c, k)]) if (c, k) in cell else "" for k in impls]
+        sel = (cell.get((c, "tilegemm")) or {}).get("selected") or {}
+        cfg = ("{bm}x{bn}x{bk} t{tm}x{tn} ln{ln} minb{minb} split{splits} ({source})".format(**sel)
+               if sel else "")
+        lines.append(f"| {c} | " + " | ".join(vals) + f" | {cfg} |")
+    caption = (f"TFLOPS (percent of cuBLAS in the same run) on {doc['gpu']}, driver {doc['driver']}, "
+               f"{doc['date']}; CuPy {doc['versions'].get('cupy')}, torch {doc['versions'].get('torch')}, "
+               f"NVRTC {doc['versions'].get('nvrtc')}. Shapes are M x N x K, batch x shape for batches.")
+    tail = ""
+    if doc.get("geomean_ratio"):
+        tail += "\nGeometric mean of the ratio to cuBLAS over the suite: " + ", ".join(
+            f"{k} {v:.3f}x" for k, v in doc["geomean_ratio"].items()) + ".\n"
+    if doc.get("call_overhead_us"):
+        tail += "\nHost time per call, µs (`out=` given, calls back to back): " + ", ".join(
+            f"{o['impl']} {o['size']}³ {o['us_per_call']:.1f}" for o in doc["call_overhead_us"]) + ".\n"
+    return caption + "\n\n" + "\n".join(lines) + "\n" + tail
+
+
+VIEWS = {"pivot": pivot_table, "seed001": seed001_table, "suite": suite_table}
 
 
 def render(text: str, results_dir: Path) -> str:

@@ -124,9 +124,26 @@ def merge_entries(path: Path, entries: dict, meta: dict | None = None) -> None:
 def lookup(entries: dict, layout: str, M: int, N: int, K: int, count: int) -> dict | None:
     """The entry for this layout and bucket, else the NN entry of the bucket (a config runs every
     layout; NN is the one always tuned)."""
+    found = lookup_with_layout(entries, layout, M, N, K, count)
+    return found[0] if found else None
+
+
+def lookup_with_layout(entries: dict, layout: str, M: int, N: int, K: int, count: int):
+    """(config, the layout it was tuned for) or None."""
     b = bucket(M, N, K, count)
-    e = entries.get(_entry_key(layout, b)) or entries.get(_entry_key("NN", b))
-    return dict(e["config"]) if e else None
+    for lay in (layout, "NN"):
+        e = entries.get(_entry_key(lay, b))
+        if e:
+            return dict(e["config"]), lay
+    return None
+
+
+def spills(cfg: dict, layout: str, arch: str) -> bool:
+    """Whether ``cfg`` compiled for ``layout`` spills (ptxas' allocation differs per layout, so a
+    config tuned on NN is checked before another layout borrows it).  Compiles (disk-cached)."""
+    F = registry.FAMILY
+    r = F.compile(F.compiled_params(F.params(cfg)), layout, arch=arch).resources
+    return bool(r.spill_stores or r.spill_loads)
 
 
 class Selector:
@@ -151,9 +168,13 @@ class Selector:
         user, shipped = self.tables()
         limits = registry.Limits.from_props(self.props)
         for name, entries in (("tuned", user), ("shipped", shipped)):
-            cfg = lookup(entries, layout, M, N, K, count)
-            if cfg is not None and not check_config(cfg, limits):
-                return cfg, name
+            found = lookup_with_layout(entries, layout, M, N, K, count)
+            if found is None or check_config(found[0], limits):
+                continue
+            cfg, tuned_for = found
+            if tuned_for != layout and spills(cfg, layout, self.props.arch):
+                continue
+            return cfg, name
         return heuristic(M, N, K, count, self.props.sms), "heuristic"
 
     def __call__(self, layout, M, N, K, count) -> dict:

@@ -1,0 +1,153 @@
+"""GPU-free: the family's constraints, the tuner's candidate enumeration and pruning, the tuning
+cache (keys, concurrent writers, corrupt files) and the shipped tables."""
+
+import json
+import multiprocessing as mp
+from types import SimpleNamespace
+
+import pytest
+
+from tilegemm import autotune, compiler, registry, tuning
+
+F = registry.FAMILY
+SM90 = registry.Limits.for_arch("sm_90")
+
+
+def test_enumerated_configs_meet_the_constraints():
+    cfgs = autotune.enumerate_configs(SM90)
+    assert len(cfgs) > 100
+    for c in cfgs:
+        assert not F.violations(F.params(c), SM90), c
+        assert registry.family_regs_estimate(c) <= 255
+
+
+@pytest.mark.parametrize("cfg,broken", [
+    ({"bm": 100}, "bm % tm == 0"),
+    ({"tm": 6}, "tm and tn are 4, 8, 12 or 16"),
+    ({"ln": 3}, "ln divides 32"),
+    ({"bm": 256, "bn": 256, "bk": 64, "minb": 1}, "shared memory per block"),
+    ({"bk": 16, "minb": 2}, "minb >= 0, and minb blocks fit"),  # 136 registers > 128
+    ({"splits": 0}, "splits >= 1"),
+])
+def test_constraints_name_what_is_broken(cfg, broken):
+    assert any(broken in v for v in F.violations(F.params(cfg), SM90))
+
+
+def test_pruning_keeps_the_default_and_the_heuristic():
+    for shape in [(4096, 4096, 4096, 1), (16, 4096, 4096, 1), (128, 128, 128, 256)]:
+        cands = autotune.candidates(*shape, 132, SM90, top=8)
+        assert {**tuning.BIG, "splits": 1} in cands
+        assert tuning.heuristic(*shape) in cands
+
+
+def test_split_k_only_where_tiles_are_few():
+    big = autotune.candidates(4096, 4096, 4096, 1, 132, SM90, top=24)
+    assert all(c["splits"] == 1 for c in big)
+    skinny = autotune.candidates(16, 4096, 4096, 1, 132, SM90, top=24)
+    assert any(c["splits"] > 1 for c in skinny)
+
+
+def test_heuristic():
+    assert tuning.heuristic(4096, 4096, 4096, 1) == {**tuning.BIG, "splits": 1}
+    h = tuning.heuristic(16, 4096, 4096, 1)
+    assert h["splits"] > 1 and h["bm"] == 64
+    assert tuning.heuristic(16, 16, 16, 1)["splits"] == 1  # K too short to share
+
+
+def test_bucket():
+    assert tuning.bucket(4096, 4096, 4096, 1) == (12, 12, 12, 0)
+    assert tuning.bucket(4095, 3000, 1, 64) == (12, 12, 0, 6)
+    assert tuning.bucket(5000, 6000, 7000, 1) == (12, 13, 13, 0)
+
+
+def test_cache_key_names_everything_that_matters():
+    props = SimpleNamespace(name="NVIDIA H200", major=9, minor=0)
+    key = tuning.cache_key(props, "580.159.04", "13.0")
+    assert key.startswith("NVIDIA-H200-sm90-drv580-159-04-nvrtc13-0-tg")
+    assert tuning.cache_key(props, "580.1", "13.0") != key
+
+
+def test_lookup_falls_back_to_nn():
+    entries = {"NN:12x12x12x0": {"config": {"bm": 64}}}
+    assert tuning.lookup(entries, "TT", 4096, 4096, 4096, 1) == {"bm": 64}
+    assert tuning.lookup(entries, "NN", 1024, 4096, 4096, 1) is None
+
+
+def _writer(path, i):
+    for j in range(20):
+        tuning.merge_entries(path, {f"NN:{i}x{j}x0x0": {"config": {"bm": i}}})
+
+
+def test_concurrent_writers_lose_nothing(tmp_path):
+    path = tmp_path / "cache.json"
+    procs = [mp.get_context("spawn").Process(target=_writer, args=(path, i)) for i in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+        assert p.exitcode == 0
+    entries = tuning.read_table(path)
+    assert len(entries) == 80
+
+
+def test_corrupt_cache_is_ignored_with_a_warning_and_rebuilt(tmp_path):
+    path = tmp_path / "cache.json"
+    path.write_text("{ not json")
+    with pytest.warns(RuntimeWarning, match="ignoring the unreadable tuning file"):
+        assert tuning.read_table(path) == {}
+    tuning.merge_entries(path, {"NN:1x1x1x0": {"config": {"bm": 64}}})
+    assert json.loads(path.read_text())["entries"] == {"NN:1x1x1x0": {"config": {"bm": 64}}}
+
+
+def test_shipped_tables_hold_valid_spill_free_configs():
+    tables = sorted(tuning.TABLE_DIR.glob("*.json"))
+    assert tables, "no tuning table ships with the package"
+    seen = set()
+    for t in tables:
+        entries = tuning.read_table(t)
+        assert entries, t
+        for key, e in entries.items():
+            layout, dims = key.split(":")
+            assert layout in registry.LAYOUTS and len(dims.split("x")) == 4
+            cfg = F.params(e["config"])
+            assert not F.violations(cfg, SM90), (t.name, key)
+            seen.add((tuple(sorted(F.compiled_params(cfg).items())), layout))
+    for items, layout in seen:  # each config in the layout it was tuned for
+        assert not tuning.spills(dict(items), layout, "sm_90"), (items, layout)
+
+
+def test_a_borrowed_config_that_spills_is_not_used(monkeypatch, tmp_path):
+    spilling = {"bm": 32, "bn": 256, "bk": 32, "tm": 8, "tn": 8, "ln": 8, "minb": 2, "swizzle": 8, "splits": 1}
+    assert not tuning.spills(spilling, "NN", "sm_90") and tuning.spills(spilling, "TT", "sm_90")
+    props = SimpleNamespace(name="Test GPU", major=9, minor=0, arch="sm_90", sms=132, id=0,
+                            smem_per_block_optin=SM90.smem_per_block_optin, smem_per_sm=SM90.smem_per_sm,
+                            regs_per_sm=SM90.regs_per_sm, max_threads_per_block=1024, max_threads_per_sm=2048,
+                            max_blocks_per_sm=32)
+    monkeypatch.setenv("TILEGEMM_TUNE_DIR", str(tmp_path))
+    sel = tuning.Selector(props, "1", "13.0")
+    sel._user, sel._shipped = {}, {"NN:4x12x12x0": {"config": spilling}}
+    assert sel.source("NN", 16, 4096, 4096, 1) == (spilling, "shipped")
+    cfg, src = sel.source("TT", 16, 4096, 4096, 1)
+    assert src == "heuristic"
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("vec", [4, 1])
+def test_family_default_compiles_without_spills(arch, vec):
+    for layout in registry.LAYOUTS:
+        params = F.params({"minb": 0}) if arch == "sm_80" else F.params()
+        r = F.compile(F.compiled_params(params), layout, arch=arch, vec=vec).resources
+        assert r.spill_stores == 0 and r.spill_loads == 0, (arch, layout, vec, r)
+
+
+def test_reduce_kernel_compiles():
+    k = registry.REDUCE.compile({}, arch="sm_90")
+    assert k.resources.spill_stores == 0
+
+
+def test_static_asserts_back_the_python_constraints():
+    # a config the Python side rejects also fails in the kernel itself (bm not a multiple of tm)
+    d = F.defines(F.params(), "NN", 4)
+    d["TM"] = 6
+    with pytest.raises(Exception, match="4 x 4 patches"):
+        compiler.compile_file("gemm.cu", entry=F.entry, defines=d, arch="sm_90", use_cache=False)

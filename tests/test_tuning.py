@@ -26,7 +26,7 @@ def test_enumerated_configs_meet_the_constraints():
     ({"tm": 6}, "tm and tn are 4, 8, 12 or 16"),
     ({"ln": 3}, "ln divides 32"),
     ({"bm": 256, "bn": 256, "bk": 64, "minb": 1}, "shared memory per block"),
-    ({"bk": 16, "minb": 2}, "minb >= 0, and minb blocks fit"),  # 136 registers > 128
+    ({"bk": 16, "tn": 8, "ln": 8, "minb": 2}, "minb >= 0, and minb blocks fit"),  # 136 registers > 128
     ({"splits": 0}, "splits >= 1"),
 ])
 def test_constraints_name_what_is_broken(cfg, broken):
@@ -118,7 +118,8 @@ def test_shipped_tables_hold_valid_spill_free_configs():
 
 def test_a_borrowed_config_that_spills_is_not_used(monkeypatch, tmp_path):
     spilling = {"bm": 32, "bn": 256, "bk": 32, "tm": 8, "tn": 8, "ln": 8, "minb": 2, "swizzle": 8, "splits": 1}
-    assert not tuning.spills(spilling, "NN", "sm_90") and tuning.spills(spilling, "TT", "sm_90")
+    # whether a config spills depends on the NVRTC version: pretend this one spills in TT only
+    monkeypatch.setattr(tuning, "spills", lambda cfg, layout, arch: layout == "TT")
     props = SimpleNamespace(name="Test GPU", major=9, minor=0, arch="sm_90", sms=132, id=0,
                             smem_per_block_optin=SM90.smem_per_block_optin, smem_per_sm=SM90.smem_per_sm,
                             regs_per_sm=SM90.regs_per_sm, max_threads_per_block=1024, max_threads_per_sm=2048,
@@ -134,8 +135,10 @@ def test_a_borrowed_config_that_spills_is_not_used(monkeypatch, tmp_path):
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("vec", [4, 1])
 def test_family_default_compiles_without_spills(arch, vec):
+    # with the NVRTC that CI installs; ptxas' allocation moves between versions, which is why the
+    # tuner and the selector check spills with the compiler at hand as well
     for layout in registry.LAYOUTS:
-        params = F.params({"minb": 0}) if arch == "sm_80" else F.params()
+        params = F.params()
         r = F.compile(F.compiled_params(params), layout, arch=arch, vec=vec).resources
         assert r.spill_stores == 0 and r.spill_loads == 0, (arch, layout, vec, r)
 

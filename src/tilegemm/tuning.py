@@ -28,7 +28,7 @@ TABLE_DIR = Path(__file__).parent / "tables"
 SCHEMA = 1
 
 # Small-tile configs for shapes with few tiles (the tuner checks them; the heuristic uses them).
-BIG = {"bm": 128, "bn": 128, "bk": 8, "tm": 8, "tn": 8, "ln": 8, "minb": 2, "swizzle": 8}
+BIG = {"bm": 128, "bn": 128, "bk": 8, "tm": 8, "tn": 16, "ln": 4, "minb": 2, "swizzle": 8}
 MEDIUM = {"bm": 64, "bn": 128, "bk": 16, "tm": 8, "tn": 8, "ln": 8, "minb": 3, "swizzle": 8}
 SMALL = {"bm": 64, "bn": 64, "bk": 16, "tm": 4, "tn": 4, "ln": 8, "minb": 4, "swizzle": 8}
 

@@ -475,16 +475,22 @@ def _to_device(p: Plan, cupy) -> Plan:
     return q
 
 
+def _oriented(p: Plan, d_lay) -> tuple:
+    """The product as the kernels compute it (row-major D): for column-major results,
+    D^T (N x M) = B^T A^T (+ beta C^T), so the operands swap and each layout flips.
+    Returns (swapped, M, N, layout of the first operand, of the second, their batch strides)."""
+    if d_lay[0] != "T":
+        return False, p.M, p.N, p.a.layout, p.b.layout, p.a.bstrides, p.b.bstrides
+    flip = lambda lay: (FLIP[lay[0]], lay[1])  # noqa: E731
+    return True, p.N, p.M, flip(p.b.layout), flip(p.a.layout), p.b.bstrides, p.a.bstrides
+
+
 def _run(p: Plan, a_ptr, b_ptr, c_ptr, d_ptr, d_b, d_lay, device, stream) -> None:
-    M, N, K = p.M, p.N, p.K
-    a, b = p.a, p.b
-    lay_a, lay_b = a.layout, b.layout
+    K = p.K
     c_b, (c_rs, c_cs) = (p.c.bstrides, p.c.layout) if p.c else ((0,) * len(p.batch), (0, 0))
-    a_b, b_b = a.bstrides, b.bstrides
-    if d_lay[0] == "T":  # column-major results: D^T (row-major N x M) = B^T A^T (+ beta C^T)
-        a_ptr, b_ptr, a_b, b_b = b_ptr, a_ptr, b_b, a_b
-        lay_a, lay_b = (FLIP[lay_b[0]], lay_b[1]), (FLIP[lay_a[0]], lay_a[1])
-        M, N = N, M
+    swap, M, N, lay_a, lay_b, a_b, b_b = _oriented(p, d_lay)
+    if swap:
+        a_ptr, b_ptr = b_ptr, a_ptr
         c_rs, c_cs = c_cs, c_rs
     ldd, ldc = d_lay[1], c_rs
     count, (sa, sb, sc, sd), offsets = _groups(p.batch, [a_b, b_b, c_b, d_b])
@@ -553,13 +559,8 @@ def _direct_launch(p: Plan, d_b, d_lay, device):
     but the three pointers fixed; None where the call needs more (split-K, host loops, K = 0)."""
     from . import tuning
 
-    M, N, K = p.M, p.N, p.K
-    lay_a, lay_b, a_b, b_b = p.a.layout, p.b.layout, p.a.bstrides, p.b.bstrides
-    swap = d_lay[0] == "T"
-    if swap:
-        a_b, b_b = b_b, a_b
-        lay_a, lay_b = (FLIP[p.b.layout[0]], p.b.layout[1]), (FLIP[p.a.layout[0]], p.a.layout[1])
-        M, N = N, M
+    swap, M, N, lay_a, lay_b, a_b, b_b = _oriented(p, d_lay)
+    K = p.K
     count, (sa, sb, sc, sd), offsets = _groups(p.batch, [a_b, b_b, (0,) * len(p.batch), d_b])
     if K == 0 or not M or not N or len(offsets) != 1 or count > _GRID_Z:
         return None

@@ -9,7 +9,6 @@ tuning cache (tuning.py), merged under a file lock.
 from __future__ import annotations
 
 import itertools
-import math
 import os
 from concurrent.futures import ProcessPoolExecutor
 
@@ -182,5 +181,3 @@ def shape_count(shape: tuple) -> tuple:
     """(M, N, K, count) from (M, N, K) or (count, M, N, K)."""
     return (*shape, 1) if len(shape) == 3 else (shape[1], shape[2], shape[3], shape[0])
 
-
-__all__ = ["enumerate_configs", "candidates", "compile_all", "tune_shape", "score", "math"]

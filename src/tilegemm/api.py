@@ -297,10 +297,12 @@ class _Launcher:
                     (i32(M), i32(N), i32(K), u64(pa), i64(lda), u64(pb), i64(ldb), u64(pc), i64(ldc)),
                     smem=self.smem, stream=stream)
 
-    def family(self, M, N, K, count, pa, lda, sa, pb, ldb, sb, pc, ldc, sc, pd, ldd, sd,
-               alpha, beta, splits, stream) -> None:
-        """``count`` products (batch strides sa, sb, sc, sd); with splits > 1, D is the split-K
-        workspace (``count * splits`` products, contiguous)."""
+    PTR_SLOTS = (3, 6, 12)  # where family_args puts the A, B and D pointers
+
+    def family_args(self, M, N, K, n, pa, lda, sa, pb, ldb, sb, pc, ldc, sc, pd, ldd, sd,
+                    alpha, beta, splits) -> tuple:
+        """(grid, argument list) of one family launch over ``n`` products: the kernel's signature
+        in one place (``tilegemm_gemm`` in gemm.cu)."""
         bm, bn = self.spec.tile(self.params)
         tiles = ((M + bm - 1) // bm) * ((N + bn - 1) // bn)
         if tiles > 2**31 - 1:
@@ -308,15 +310,20 @@ class _Launcher:
         k_split = -(-K // splits)
         k_split = -(-k_split // 4) * 4  # splits start at multiples of 4 (16-byte aligned loads)
         i32, i64, u64, f32 = np.int32, np.int64, np.uint64, np.float32
+        return (tiles, 1, n * splits), [
+            i32(M), i32(N), i32(K), u64(pa), i64(lda), i64(sa), u64(pb), i64(ldb), i64(sb), u64(pc),
+            i64(ldc), i64(sc), u64(pd), i64(ldd), i64(sd), f32(alpha), f32(beta), i32(k_split), i32(splits)]
+
+    def family(self, M, N, K, count, pa, lda, sa, pb, ldb, sb, pc, ldc, sc, pd, ldd, sd,
+               alpha, beta, splits, stream) -> None:
+        """``count`` products (batch strides sa, sb, sc, sd); with splits > 1, D is the split-K
+        workspace (``count * splits`` products, contiguous)."""
         per = max(1, _GRID_Z // splits)
         for first in range(0, count, per):
-            n = min(per, count - first)
-            self.kernel((tiles, 1, n * splits), self.block,
-                        (i32(M), i32(N), i32(K), u64(pa + 4 * first * sa), i64(lda), i64(sa),
-                         u64(pb + 4 * first * sb), i64(ldb), i64(sb), u64(pc + 4 * first * sc), i64(ldc),
-                         i64(sc), u64(pd + 4 * first * splits * sd), i64(ldd), i64(sd), f32(alpha), f32(beta),
-                         i32(k_split), i32(splits)),
-                        smem=self.smem, stream=stream)
+            grid, args = self.family_args(
+                M, N, K, min(per, count - first), pa + 4 * first * sa, lda, sa, pb + 4 * first * sb, ldb, sb,
+                pc + 4 * first * sc, ldc, sc, pd + 4 * first * splits * sd, ldd, sd, alpha, beta, splits)
+            self.kernel(grid, self.block, tuple(args), smem=self.smem, stream=stream)
 
 
 _launchers: dict[tuple, _Launcher] = {}
@@ -379,15 +386,9 @@ def _alloc(p: Plan, cupy, device: int):
         import torch
 
         arr = torch.empty(lead + mshape, dtype=torch.float32, device=f"cuda:{device}")
-        if p.out_colmajor:
-            arr = arr.transpose(-1, -2)
-        mat = arr.reshape(p.shape) if arr.dim() == len(lead) + 2 and p.shape != tuple(arr.shape) else arr
-    else:
-        arr = cupy.empty(lead + mshape, dtype=np.float32)
-        if p.out_colmajor:
-            arr = arr.swapaxes(-1, -2)
-        mat = arr
-    return arr, mat
+        return arr.transpose(-1, -2) if p.out_colmajor else arr
+    arr = cupy.empty(lead + mshape, dtype=np.float32)
+    return arr.swapaxes(-1, -2) if p.out_colmajor else arr
 
 
 def _strides_elems(arr) -> tuple:
@@ -439,12 +440,10 @@ def execute(p: Plan):
             if host:
                 p = _to_device(p, cupy)
             if p.out is None or host:
-                result, mat = _alloc(p, cupy, device)
-                d_ptr, d_strides = _ptr(mat), _strides_elems(mat)
-                nb = len(p.batch)
-                d_b = d_strides[:nb]
-                d_lay = (("T", d_strides[-1]) if p.out_colmajor else ("N", d_strides[-2])) if len(d_strides) >= nb + 2 \
-                    else ("N", p.N)
+                result = _alloc(p, cupy, device)  # batch + (M, N); reshaped to p.shape below
+                d_ptr, d_strides = _ptr(result), _strides_elems(result)
+                d_b = d_strides[:len(p.batch)]
+                d_lay = ("T", d_strides[-1]) if p.out_colmajor else ("N", d_strides[-2])
             else:
                 result = p.out.op.obj
                 d_ptr, d_b, d_lay = p.out.op.ptr, p.out.bstrides, p.out.layout
@@ -582,16 +581,13 @@ def _direct_call(rec, pa, pb, pd, device, stream) -> None:
     if pre is None:
         vec = vector_width((pa, lda, sa), (pb, ldb, sb), (pd, ldd, sd))
         fn = launcher(registry.FAMILY.name, layout, vec, device, cfg)
-        bm, bn = fn.spec.tile(fn.params)
-        grid = (((M + bm - 1) // bm) * ((N + bn - 1) // bn), 1, count)
-        i32, i64, f32 = np.int32, np.int64, np.float32
-        args = [i32(M), i32(N), i32(K), None, i64(lda), i64(sa), None, i64(ldb), i64(sb), np.uint64(0),
-                i64(0), i64(0), None, i64(ldd), i64(sd), f32(1.0), f32(0.0), i32(-(-K // 4) * 4), i32(1)]
+        grid, args = fn.family_args(M, N, K, count, 0, lda, sa, 0, ldb, sb, 0, 0, 0, 0, ldd, sd, 1.0, 0.0, 1)
         fn.kernel._allow_smem(fn.smem)
         pre = _prepared[key] = (fn.kernel._fn, grid, fn.block, args, fn.smem)
     raw, grid, block, args, smem = pre
     args = list(args)
-    args[3], args[6], args[12] = np.uint64(pa), np.uint64(pb), np.uint64(pd)
+    ia, ib, id_ = _Launcher.PTR_SLOTS
+    args[ia], args[ib], args[id_] = np.uint64(pa), np.uint64(pb), np.uint64(pd)
     raw(grid, block, tuple(args), shared_mem=smem, stream=stream)
 
 

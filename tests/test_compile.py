@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tilegemm import CompileError, compiler, registry, sass
+from tilegemm import CompileError, compiler, registry
+from tilegemm.instruments import sass
 
 ARCHS = ["sm_80", "sm_90"]
 

@@ -13,7 +13,7 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 
 from . import registry, tuning
-from .occupancy import occupancy
+from .instruments.occupancy import occupancy
 
 F = registry.FAMILY
 GRID = {

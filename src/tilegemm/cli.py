@@ -166,7 +166,7 @@ def cmd_tune(args) -> int:
 
 
 def _occupancy_text(spec, params, res, limits) -> str:
-    from .occupancy import occupancy
+    from .instruments.occupancy import occupancy
 
     occ = occupancy(spec.threads(params), res.registers, res.shared_bytes + spec.smem(params), limits)
     return f"{occ.blocks} x {spec.threads(params)} thr ({100 * occ.fraction(limits):.0f}%, {occ.limiter})"
@@ -232,6 +232,36 @@ def cmd_ladder(args) -> int:
     return _report_failures(rows, bench.TOLERANCE)
 
 
+def _config_arg(text: str | None) -> dict | None:
+    """``"bm=128,bn=64"`` -> {"bm": 128, "bn": 64}."""
+    if not text:
+        return None
+    out = {}
+    for item in text.split(","):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--config item {item!r} is not NAME=VALUE (e.g. --config bm=128,bn=64)")
+        try:
+            out[key.strip()] = int(value)
+        except ValueError:
+            raise ValueError(f"--config {key.strip()}={value!r}: the value must be an integer") from None
+    return out
+
+
+def cmd_explain(args) -> int:
+    import json
+
+    from .instruments import explain
+
+    report = explain.build(args.kernel, _config_arg(args.config), tuple(args.shape), args.layout,
+                           args.arch, args.gpu, measure=False if args.no_measure else None)
+    if args.json:
+        print(json.dumps(report, indent=1, default=str))
+    else:
+        explain.render(report, console)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tilegemm", description="FP32 GEMM kernels for NVIDIA GPUs")
     parser.add_argument("--version", action="version", version=f"tilegemm {__version__}")
@@ -284,6 +314,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="also write every candidate's timing to OUT/tune.json")
     p.add_argument("--arch", help="arch for the GPU-free listing (default sm_90)")
     p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser("explain", help="why a rung or a family config is as fast as it is",
+                       description="Compile the kernel, then report its resources and occupancy, the "
+                       "shared-memory bank behaviour of its declared accesses, its SASS main loop "
+                       "(instruction mix, FFMA share, reuse, register-bank estimate) and the roofline "
+                       "floors. With a GPU: also the driver's occupancy and a timed run beside cuBLAS.")
+    p.add_argument("kernel", help="a rung (e.g. 08_hopper) or gemm (the family; --config sets its params)")
+    p.add_argument("--config", help="kernel parameters NAME=VALUE,... (e.g. bm=128,bn=128,bk=16)")
+    p.add_argument("--shape", nargs=3, type=int, default=[4096, 4096, 4096], metavar=("M", "N", "K"),
+                   help="problem shape; default: 4096 4096 4096")
+    p.add_argument("--layout", default="NN", choices=registry.LAYOUTS)
+    p.add_argument("--arch", help="compile for this arch (default: the GPU's, else sm_90)")
+    p.add_argument("--gpu", help="whose measured peaks the roofline uses (default: this GPU's, else the first shipped)")
+    p.add_argument("--no-measure", action="store_true", help="skip the timed run even with a GPU")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_explain)
     return parser
 
 

@@ -26,6 +26,11 @@ class Limits:
     max_threads_per_block: int = 1024
     max_threads_per_sm: int = 2048
     max_blocks_per_sm: int = 32
+    # allocation rules the occupancy calculator needs (instruments/occupancy.py); sm_80 .. sm_90
+    reg_alloc_unit: int = 256  # registers are given to a warp in units of this many
+    reg_partitions: int = 4  # the register file is split over this many SM sub-partitions
+    smem_alloc_unit: int = 128  # shared memory is given to a block in units of this many bytes
+    smem_reserved: int = 1024  # bytes the system reserves per resident block
 
     @classmethod
     def for_arch(cls, arch: str) -> "Limits":
@@ -43,6 +48,7 @@ class Limits:
             max_threads_per_block=props.max_threads_per_block,
             max_threads_per_sm=props.max_threads_per_sm,
             max_blocks_per_sm=props.max_blocks_per_sm,
+            smem_reserved=getattr(props, "smem_reserved", 1024),
         )
 
 

@@ -67,6 +67,7 @@ class DeviceProps:
     warp_size: int
     l2_bytes: int
     clock_khz: int
+    smem_reserved: int = 1024  # shared memory the system keeps per resident block
 
     @property
     def arch(self) -> str:
@@ -100,6 +101,7 @@ def _props(device: int) -> DeviceProps:
         warp_size=get("warpSize", 32),
         l2_bytes=get("l2CacheSize"),
         clock_khz=get("clockRate"),
+        smem_reserved=int(p.get("reservedSharedMemPerBlock", 1024)),
     )
 
 

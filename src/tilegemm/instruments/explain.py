@@ -1,0 +1,134 @@
+"""``tilegemm explain``: one report on why a kernel (a rung, or a family config) is as fast as it is.
+
+Everything but the measured columns needs no GPU: the kernel is compiled for ``arch`` by NVRTC,
+its SASS read by nvdisasm, occupancy computed from the arch's table, shared-memory banks
+predicted from the kernel's declared access patterns, and the roofline floors taken from the
+shipped measured peaks.  With a GPU, the driver's occupancy and a timed run beside cuBLAS are added.
+"""
+
+from __future__ import annotations
+
+from .. import compiler, registry, runtime
+from . import occupancy, patterns, roofline, sass
+
+
+def build(name: str, config: dict | None = None, shape=(4096, 4096, 4096), layout: str = "NN",
+          arch: str | None = None, gpu: str | None = None, measure: bool | None = None) -> dict:
+    """The report as plain data (tests and ``--json`` use it; ``render`` prints it)."""
+    spec = registry.get(name)
+    params = spec.params(config)
+    have_gpu = runtime.have_gpu()
+    props = runtime.device_properties() if have_gpu else None
+    arch = compiler.normalize_arch(arch or (props.arch if props else "sm_90"))
+    queried = bool(props and props.arch == arch)
+    limits = registry.Limits.from_props(props) if queried else registry.Limits.for_arch(arch)
+    compiled = spec.compile(spec.compiled_params(params), layout=layout, arch=arch)
+    res = compiled.resources
+    M, N, K = shape
+    threads = spec.threads(params)
+    dyn = spec.smem(params)
+    occ = occupancy.occupancy(threads, res.registers, res.shared_bytes + dyn, limits)
+    report = {
+        "kernel": spec.name, "summary": spec.summary, "seed": spec.seed, "params": params,
+        "layout": layout, "arch": arch, "shape": [M, N, K],
+        "resources": {"threads": threads, "tile": list(spec.tile(params)), "registers": res.registers,
+                      "static_smem": res.shared_bytes, "dynamic_smem": dyn,
+                      "spill_bytes": res.spill_stores + res.spill_loads},
+        "occupancy": {"blocks": occ.blocks, "warps": occ.warps, "limiter": occ.limiter, "by": occ.by,
+                      "fraction": occ.fraction(limits),
+                      "limits": "queried from the GPU" if queried else f"{arch} table"},
+    }
+    report["banks"] = [
+        {"access": s.access.name, "op": s.access.op, "width_bits": 8 * s.access.width,
+         "requests_per_block": s.requests,
+         "seed_per_request": s.per_request, "hopper_per_request": h.per_request,
+         "hopper_ideal_per_request": h.ideal / max(1, h.requests)}
+        for s, h in zip(patterns.predict(name, params, K, layout, "seed"),
+                        patterns.predict(name, params, K, layout, "hopper"))
+    ]
+    loop = sass.inspect(sass.disassemble(compiled.cubin))
+    issue_ceiling = loop.ffma / max(1, loop.instructions + loop.bank_conflicts)
+    report["sass"] = {
+        "loop_instructions": loop.instructions, "ffma": loop.ffma, "ffma_share": loop.ffma_share,
+        "mix": loop.mix, "reuse_operands": loop.reuse_operands, "reuse_hits": loop.reuse_hits,
+        "ffma_sources": loop.ffma_sources, "register_bank_conflicts": loop.bank_conflicts,
+        "bank_model": loop.bank_model, "issue_ceiling": issue_ceiling,
+    }
+    try:
+        gpu_name, peaks = roofline.peaks_for(gpu or (props.name if props else None))
+    except ValueError:
+        if gpu:
+            raise
+        gpu_name, peaks = roofline.peaks_for(None)  # an unmeasured GPU: say whose peaks these are
+    rf = roofline.roofline(M, N, K, peaks, name, params)
+    report["roofline"] = {"gpu": gpu_name, "peaks": peaks, **rf.as_dict()}
+    if measure if measure is not None else have_gpu:
+        report["measured"] = _measure(spec, name, params, M, N, K, layout, peaks)
+    return report
+
+
+def _measure(spec, name, params, M, N, K, layout, peaks) -> dict:
+    from .. import bench
+    from . import probe
+
+    rows = bench.measure([(name, params)], M, N, K, layout)
+    cub, ours = rows[0], rows[1]
+    return {"tflops": ours.tflops, "cublas_tflops": cub.tflops, "ratio": ours.ratio,
+            "rel_err": ours.rel_err, "fraction_of_peak": ours.tflops / peaks["fp32_tflops"],
+            "driver_blocks_per_sm": probe.driver_occupancy(spec, spec.compiled_params(params), layout)}
+
+
+def render(report: dict, console) -> None:
+    """Print ``report`` as rich tables."""
+    from rich.table import Table
+
+    r, res, occ = report, report["resources"], report["occupancy"]
+    M, N, K = r["shape"]
+    console.rule(f"[bold]{r['kernel']}[/bold] on {M}x{N}x{K} ({r['layout']}), compiled for {r['arch']}")
+    console.print(f"{r['summary']}  [dim](seed: {r['seed']})[/dim]")
+    console.print(f"params {r['params']}")
+    t = Table(title="Resources and occupancy (seed 004 §4.7)")
+    for c in ("threads", "tile", "registers", "smem B (static+dyn)", "spills B", "blocks/SM", "warps/SM", "limited by"):
+        t.add_column(c)
+    t.add_row(str(res["threads"]), "x".join(map(str, res["tile"])), str(res["registers"]),
+              f"{res['static_smem']}+{res['dynamic_smem']}", str(res["spill_bytes"]), str(occ["blocks"]),
+              f"{occ['warps']} ({100 * occ['fraction']:.0f}%)", occ["limiter"])
+    console.print(t)
+    console.print("  blocks each resource allows: " + ", ".join(f"{k} {v}" for k, v in occ["by"].items())
+                  + f"  [dim]({occ['limits']})[/dim]")
+    if r["banks"]:
+        t = Table(title="Shared memory: wavefronts per warp-wide access (seed 002 §5.1; refined model: measured on Hopper)")
+        for c in ("access", "op", "bits", "requests/block", "seed model", "Hopper model", "conflict-free"):
+            t.add_column(c)
+        for b in r["banks"]:
+            t.add_row(b["access"], b["op"], str(b["width_bits"]), str(b["requests_per_block"]),
+                      f"{b['seed_per_request']:.2f}", f"{b['hopper_per_request']:.2f}",
+                      f"{b['hopper_ideal_per_request']:.2f}")
+        console.print(t)
+    s = r["sass"]
+    t = Table(title="SASS main loop (nvdisasm; static counts, edge path included)")
+    for c in ("instructions", "FFMA", "FFMA share", "LDS", "LDG", "STS", "BAR", "reuse hits", f"reg-bank conflicts ({s['bank_model']})"):
+        t.add_column(c)
+    pick = lambda base: ", ".join(f"{k.split('.')[1]}b x{v}" for k, v in sorted(s["mix"].items()) if k.startswith(base + ".")) or "-"
+    t.add_row(str(s["loop_instructions"]), str(s["ffma"]), f"{100 * s['ffma_share']:.1f}%", pick("LDS"), pick("LDG"),
+              pick("STS"), str(s["mix"].get("BAR", 0)), f"{s['reuse_hits']}/{s['ffma_sources']}",
+              str(s["register_bank_conflicts"]))
+    console.print(t)
+    console.print(f"  issue ceiling: FFMA / (instructions + register-bank stalls) = "
+                  f"[bold]{100 * s['issue_ceiling']:.1f}%[/bold] of the FP32 peak (one warp instruction "
+                  "per cycle per scheduler)")
+    rf = r["roofline"]
+    t = Table(title=f"Roofline (seed 004 §4.1-4.2), peaks measured on {rf['gpu']}")
+    for c in ("GFLOP", "min MB", "FLOP/B", "tile FLOP/B", "compute floor us", "DRAM floor us", "L2 floor us", "bound", "attainable TFLOPS"):
+        t.add_column(c)
+    t.add_row(f"{rf['flops'] / 1e9:.1f}", f"{rf['min_bytes'] / 1e6:.1f}", f"{rf['intensity']:.1f}",
+              f"{rf['tile_intensity']:.1f}", f"{rf['compute_floor_us']:.1f}", f"{rf['dram_floor_us']:.1f}",
+              f"{rf['l2_floor_us']:.1f}", rf["bound"], f"{rf['attainable_tflops']:.1f}")
+    console.print(t)
+    if "measured" in r:
+        m = r["measured"]
+        console.print(f"[bold]measured[/bold]: {m['tflops']:.1f} TFLOPS = {100 * m['fraction_of_peak']:.0f}% of peak, "
+                      f"{m['ratio']:.2f}x cuBLAS ({m['cublas_tflops']:.1f}); rel. error {m['rel_err']:.1e}; "
+                      f"driver occupancy {m['driver_blocks_per_sm']} blocks/SM")
+    else:
+        console.print("[yellow]No GPU here: measured columns (TFLOPS, driver occupancy) need one.[/yellow]")

@@ -1,0 +1,207 @@
+"""The shared-memory accesses each kernel makes, declared as addresses per thread (seed 002 §5).
+
+Every rung (and the family, for any config) declares its warp-wide shared loads and stores: the
+byte address each thread touches as a function of its thread index, the access width, and how
+many times each thread issues it per block for a given K.  Accesses that differ only by an offset
+shared by all lanes (the next k row, the second float4 of a fragment, the other buffer) have the
+same bank behaviour and are declared once with their count.  ``predict`` runs the bank simulator
+over every warp of a block and adds up the wavefronts for a whole launch, the figure Nsight
+Compute reports (l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld/st.sum).
+
+The declarations mirror the ``.cu`` files; a CPU test checks them against the SASS (the LDS/STS
+widths and per-tile counts of the main loop).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+from .. import registry
+from . import banks
+
+W = 4  # bytes per float
+
+
+@dataclass(frozen=True)
+class Access:
+    name: str
+    op: str  # "ld" or "st"
+    width: int  # bytes per lane: 4, 8, 16
+    addr: Callable[[int], int]  # thread index -> byte address (block-relative)
+    count: Callable[[int], int]  # K -> times each thread issues it in one block
+
+    def warp_addrs(self, warp: int) -> list[int]:
+        return [self.addr(warp * 32 + lane) for lane in range(32)]
+
+
+def _tiles(bk: int) -> Callable[[int], int]:
+    return lambda K: math.ceil(K / bk)
+
+
+def _gtile_store(name: str, rows: int, cols: int, threads: int, transposed: bool, ld: int,
+                 base: int, bk: int) -> Access:
+    """tg_tiles.cuh GTile::store: a rows x cols global tile held as float4 along cols, written as
+    s[r][c] (STS.128) or, transposed, s[c][r] (four STS.32).  Per tile of depth bk."""
+    per = rows * cols // (4 * threads)
+    tiles = _tiles(bk)
+    if transposed:
+        addr = lambda t: W * (base + ((t % (cols // 4)) * 4) * ld + t // (cols // 4))
+        return Access(f"{name} store (transposed, STS.32)", "st", 4, addr, lambda K: 4 * per * tiles(K))
+    addr = lambda t: W * (base + (t // (cols // 4)) * ld + (t % (cols // 4)) * 4)
+    return Access(f"{name} store (STS.128)", "st", 16, addr, lambda K: per * tiles(K))
+
+
+def _operand_stores(layout: str, bm: int, bn: int, bk: int, threads: int, lda_s: int,
+                    ldb_s: int, b_base: int) -> list[Access]:
+    """The A tile (stored As[k][m]) and the B tile (Bs[k][n]) in any layout."""
+    ta, tb = layout[0] == "T", layout[1] == "T"
+    a = (_gtile_store("A", bk, bm, threads, False, lda_s, 0, bk) if ta
+         else _gtile_store("A", bm, bk, threads, True, lda_s, 0, bk))
+    b = (_gtile_store("B", bn, bk, threads, True, ldb_s, b_base, bk) if tb
+         else _gtile_store("B", bk, bn, threads, False, ldb_s, b_base, bk))
+    return [a, b]
+
+
+def _fragments(a_off: Callable[[int], int], b_off: Callable[[int], int], pa: int, pb: int,
+               b_base: int) -> list[Access]:
+    """Per k: pa float4s of A from As[k][a_off..] and pb of B from Bs[k][b_off..]."""
+    return [
+        Access("A fragment (LDS.128)", "ld", 16, lambda t: W * a_off(t), lambda K: pa * K),
+        Access("B fragment (LDS.128)", "ld", 16, lambda t: W * (b_base + b_off(t)), lambda K: pb * K),
+    ]
+
+
+def _staging() -> list[Access]:
+    """Rungs 7-8: C through a warp's 4 x 64 shared buffer, 8 rows x 2 float4 each way."""
+    put = lambda t: W * ((t // 32) * 256 + (t % 32 // 8) * 64 + (t % 8) * 4)
+    get = lambda t: W * ((t // 32) * 256 + (t % 32 // 16) * 64 + (t % 16) * 4)
+    return [Access("C staging store (STS.128)", "st", 16, put, lambda K: 16),
+            Access("C staging load (LDS.128)", "ld", 16, get, lambda K: 16)]
+
+
+def _rung2(p, layout):
+    t = p["tile"]
+    tiles = _tiles(t)
+    return [
+        Access("A store (STS.32)", "st", 4, lambda i: W * i, tiles),
+        Access("B store (STS.32)", "st", 4, lambda i: W * (t * t + i), tiles),
+        # As[ty][k..k+3]: ptxas reads a thread's row four k at a time
+        Access("A row (LDS.128)", "ld", 16, lambda i: W * (i // t) * t, lambda K: t // 4 * tiles(K)),
+        Access("B column (LDS.32)", "ld", 4, lambda i: W * (t * t + i % t), lambda K: t * tiles(K)),
+    ]
+
+
+def _rung3(p, layout):
+    tiles = _tiles(8)
+    ty, tx = (lambda i: i // 16), (lambda i: i % 16)
+    return [
+        Access("A store (STS.32)", "st", 4, lambda i: W * i, lambda K: 4 * tiles(K)),
+        Access("B store (STS.32)", "st", 4, lambda i: W * (1024 + i), lambda K: 4 * tiles(K)),
+        # As[ty*8 + r][0..7]: ptxas reads each of a thread's 8 rows as two LDS.128 along k
+        Access("A rows (LDS.128)", "ld", 16, lambda i: W * ty(i) * 64, lambda K: 16 * tiles(K)),
+        Access("B fragment (LDS.128)", "ld", 16, lambda i: W * (1024 + tx(i) * 8), lambda K: 2 * K),
+    ]
+
+
+def _seed_map(bm, bn, bk, rm, rn, layout, threads):
+    """Rungs 4-5: thread (ty, tx) = (tid / (bn/rn), tid % (bn/rn)) owns rows ty*rm.., cols tx*rn..;
+    As[k][bm], Bs[k][bn], no padding (rung 5: two buffers)."""
+    cols = bn // rn
+    b_base = 2 * bk * bm  # rung 5's As[2][bk][bm]; rung 4 has one buffer, same banks (bk*bm % 32 == 0)
+    return _operand_stores(layout, bm, bn, bk, threads, bm, bn, b_base) + _fragments(
+        lambda t: (t // cols) * rm, lambda t: (t % cols) * rn, rm // 4, rn // 4, b_base)
+
+
+def _rung4(p, layout):
+    return _seed_map(128, 128, 8, 8, 8, layout, 256)
+
+
+def _rung5(p, layout):
+    threads = (p["bm"] // p["rm"]) * (p["bn"] // p["rn"])
+    return _seed_map(p["bm"], p["bn"], p["bk"], p["rm"], p["rn"], layout, threads)
+
+
+def _warp_map(bm, bn, bk, tm, tn, ln, layout, staged):
+    """Rungs 6-8 and the family: warps of (32/ln) x ln threads, 4 x 4 patches, rows padded by 4."""
+    rows_t, cols_t = bm // tm, bn // tn
+    threads, lm, warps_n = rows_t * cols_t, 32 // ln, cols_t // ln
+    tr = lambda t: (t // 32 // warps_n) * lm + t % 32 // ln
+    tc = lambda t: (t // 32 % warps_n) * ln + t % 32 % ln
+    lda_s, ldb_s = bm + 4, bn + 4
+    b_base = 2 * bk * lda_s
+    acc = _operand_stores(layout, bm, bn, bk, threads, lda_s, ldb_s, b_base) + _fragments(
+        lambda t: tr(t) * 4, lambda t: tc(t) * 4, tm // 4, tn // 4, b_base)
+    return acc + (_staging() if staged else [])
+
+
+def _rung6(p, layout):
+    return _warp_map(128, 128, p["bk"], 8, 8, 8, layout, False)
+
+
+def _rung7(p, layout):
+    return _warp_map(128, 128, p["bk"], 8, 8, 8, layout, True)
+
+
+def _rung8(p, layout):
+    return _warp_map(128, 128, p["bk"], 8, 8, 8, layout, True)
+
+
+def _family(p, layout):
+    return _warp_map(p["bm"], p["bn"], p["bk"], p["tm"], p["tn"], p["ln"], layout, False)
+
+
+DECLARED = {
+    "02_smem_tiled": _rung2, "03_register_blocked": _rung3, "04_vectorized": _rung4,
+    "05_double_buffered": _rung5, "06_warp_tiled": _rung6, "07_maxas": _rung7,
+    "08_hopper": _rung8, "gemm": _family,
+}
+
+
+def accesses(name: str, params: dict | None = None, layout: str = "NN") -> list[Access]:
+    """The declared shared-memory accesses of kernel ``name`` (rung 1 has none)."""
+    spec = registry.get(name)
+    p = spec.params(params)
+    fn = DECLARED.get(spec.name)
+    return fn(p, layout) if fn else []
+
+
+@dataclass(frozen=True)
+class AccessPrediction:
+    access: Access
+    requests: int  # warp-wide instructions per block
+    wavefronts: int  # per block
+    ideal: int  # per block, with no bank conflicts
+    per_request: float  # average wavefronts per warp-wide request
+
+
+def predict(name: str, params: dict | None = None, K: int = 1024, layout: str = "NN",
+            model: str = "seed") -> list[AccessPrediction]:
+    """Per declared access: requests and wavefronts for one block at depth K."""
+    spec = registry.get(name)
+    p = spec.params(params)
+    warps = spec.threads(p) // 32
+    out = []
+    for a in accesses(name, p, layout):
+        n = a.count(K)
+        preds = [banks.predict(a.warp_addrs(w), a.width, model, a.op == "st") for w in range(warps)]
+        waves = sum(x.wavefronts for x in preds) * n
+        ideal = sum(x.ideal for x in preds) * n
+        out.append(AccessPrediction(a, warps * n, waves, ideal, waves / max(1, warps * n)))
+    return out
+
+
+def launch_totals(name: str, M: int, N: int, K: int, params: dict | None = None,
+                  layout: str = "NN", model: str = "seed") -> dict:
+    """Whole-launch totals for a shape the tile divides: what ncu's counters sum to."""
+    spec = registry.get(name)
+    p = spec.params(params)
+    bm, bn = spec.tile(p)
+    blocks = math.ceil(M / bm) * math.ceil(N / bn)
+    tot = {f"{op}_{k}": 0 for op in ("ld", "st") for k in ("requests", "wavefronts", "ideal")}
+    for x in predict(name, p, K, layout, model):
+        tot[f"{x.access.op}_requests"] += x.requests * blocks
+        tot[f"{x.access.op}_wavefronts"] += x.wavefronts * blocks
+        tot[f"{x.access.op}_ideal"] += x.ideal * blocks
+    return tot

@@ -1,0 +1,276 @@
+"""GPU-side measurements behind the instruments: driver occupancy, bank-probe launches for Nsight
+Compute, one-shot kernel launches for ncu, memory bandwidth, and the check of predicted against
+measured bank conflicts.
+
+    python -m tilegemm.instruments.probe banks CASES.json      # one bank_probe launch per case
+    python -m tilegemm.instruments.probe launch NAME M N K [--config k=v,..] [--layout NN]
+    python -m tilegemm.instruments.probe peaks OUT.json        # FP32 FFMA peak, DRAM and L2 bandwidth
+    python -m tilegemm.instruments.probe cases OUT.json        # the probe cases (no GPU needed)
+    python -m tilegemm.instruments.probe compare CASES.json PROBE.csv RUNGS_DIR OUT.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import random
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from .. import compiler, registry, runtime
+from . import banks, patterns
+
+NCU_METRICS = (
+    "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
+    "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
+    "smsp__inst_executed_op_shared_ld.sum",
+    "smsp__inst_executed_op_shared_st.sum",
+)
+
+# rungs and the family at a shape every tile divides, for the per-kernel table
+KERNEL_SHAPE = (1024, 1024, 1024)
+
+
+def driver_occupancy(spec, params: dict, layout: str = "NN", device: int | None = None) -> int:
+    """Blocks per SM from cuOccupancyMaxActiveBlocksPerMultiprocessor for a compiled kernel."""
+    from cuda.bindings import driver as cu
+
+    compiled = spec.compile(params, layout=layout, arch=runtime.device_properties(device).arch)
+    k = runtime.load(compiled, device)
+    smem = spec.smem(spec.params(params))
+    if smem:
+        k._allow_smem(smem)
+    err, blocks = cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+        cu.CUfunction(k._fn.ptr), spec.threads(spec.params(params)), smem)
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuOccupancyMaxActiveBlocksPerMultiprocessor failed: {err}")
+    return int(blocks)
+
+
+# --------------------------------------------------------------------------- bank probe cases
+
+
+def _case(name, width, addrs, store=False):
+    return {"name": name, "width": width, "store": bool(store),
+            "addrs": [(-1 if a is None else int(a)) for a in addrs]}
+
+
+def probe_cases(n_random: int = 12, seed: int = 7) -> list[dict]:
+    """Seed 002's worked cases, each declared rung access (warp 0), and random patterns."""
+    L = range(32)
+    c = [
+        _case("LDS.32 linear", 4, [4 * i for i in L]),
+        _case("LDS.32 one address (broadcast)", 4, [0] * 32),
+        _case("LDS.32 two lanes, one bank, two rows (seed 2-way)", 4, [128 if i == 1 else 4 * i for i in L]),
+        _case("LDS.32 stride 2 words", 4, [8 * i for i in L]),
+        _case("LDS.32 stride 32 words", 4, [128 * i for i in L]),
+        _case("LDS.32 half warps read the same words", 4, [4 * (i % 16) for i in L]),
+        _case("LDS.64 linear", 8, [8 * i for i in L]),
+        _case("LDS.64 lanes 0,1 conflict (seed: 3 transactions)", 8, [256 if i == 1 else 8 * i for i in L]),
+        _case("LDS.64 one address", 8, [0] * 32),
+        _case("LDS.64 half warps read the same words", 8, [8 * (i % 16) for i in L]),
+        _case("LDS.64 stride 2", 8, [16 * i for i in L]),
+        _case("LDS.128 linear", 16, [16 * i for i in L]),
+        _case("LDS.128 one address", 16, [0] * 32),
+        _case("LDS.128 quarter warps read the same words", 16, [16 * (i % 8) for i in L]),
+        _case("LDS.128 half warps read the same words", 16, [16 * (i % 16) for i in L]),
+        _case("LDS.128 2x16 warp reading B (seed: 2-way per quarter)", 16, [32 * (i % 16) for i in L]),
+        _case("LDS.128 4x8 warp, A fragment (4x4 patches)", 16, [16 * (i // 8) for i in L]),
+        _case("LDS.128 4x8 warp, B fragment (4x4 patches)", 16, [16 * (i % 8) for i in L]),
+        _case("LDS.128 stride 2", 16, [32 * i for i in L]),
+        _case("LDS.128 half the lanes off", 16, [16 * i if i % 2 == 0 else None for i in L]),
+        _case("STS.32 linear", 4, [4 * i for i in L], True),
+        _case("STS.32 stride 32 words", 4, [128 * i for i in L], True),
+        _case("STS.32 two lanes, one bank", 4, [128 if i == 1 else 4 * i for i in L], True),
+        _case("STS.64 linear", 8, [8 * i for i in L], True),
+        _case("STS.128 linear", 16, [16 * i for i in L], True),
+        _case("STS.128 stride 2", 16, [32 * i for i in L], True),
+        _case("STS.128 one address", 16, [0] * 32, True),
+        _case("STS.128 quarter warps read one float4 each", 16, [16 * (i // 8) for i in L], True),
+        # cases that test the refined ("hopper") model's pairing of phases
+        _case("LDS.128 pairs of quarters with 3+1 float4 (16 words)", 16,
+              [16 * (i % 3) if i % 16 < 8 else 48 for i in L]),
+        _case("LDS.128 pairs of quarters with 3+2 float4 (20 words)", 16,
+              [16 * (i % 3) if i % 16 < 8 else 48 + 16 * (i % 2) for i in L]),
+        _case("LDS.128 quarter broadcasts, one bank, two rows", 16, [0 if i % 16 < 8 else 512 for i in L]),
+        _case("LDS.128 full quarters 0, 3; broadcasts in 1, 2", 16,
+              [16 * (i % 8) if i < 8 or i >= 24 else 512 + 16 * (i // 8) for i in L]),
+        _case("LDS.128 two float4 per quarter, all different", 16, [32 * (i // 8) + 16 * (i % 2) for i in L]),
+        _case("LDS.128 two float4 per quarter, same in a pair", 16, [16 * (i % 2) + 64 * (i // 16) for i in L]),
+        _case("LDS.128 only quarter 0, linear", 16, [16 * i if i < 8 else None for i in L]),
+        _case("LDS.128 lanes 0 and 8 only", 16, [0 if i == 0 else 16 if i == 8 else None for i in L]),
+        _case("LDS.64 halves with 4 pairs each (16 words)", 8, [8 * (i % 4) + 32 * (i // 16) for i in L]),
+        _case("LDS.64 halves with 5 + 4 pairs (18 words)", 8,
+              [8 * (i % 5) if i < 16 else 64 + 8 * (i % 4) for i in L]),
+        _case("LDS.64 quarter-warp broadcast", 8, [8 * (i // 8) for i in L]),
+    ]
+    for name in patterns.DECLARED:
+        for a in patterns.accesses(name):
+            if a.width in (4, 8, 16):
+                c.append(_case(f"{name}: {a.name}", a.width, a.warp_addrs(0), a.op == "st"))
+    rng = random.Random(seed)
+    for i in range(n_random):
+        width = (4, 8, 16)[i % 3]
+        span = rng.choice((256, 1024, 4096))
+        c.append(_case(f"random {i} (LDS.{8 * width}, {span} B)", width,
+                       [rng.randrange(0, span // width) * width for _ in L]))
+    return c
+
+
+def run_bank_probes(cases: list[dict]) -> None:
+    """Launch bank_probe once per case, in order (ncu then reports one result per launch)."""
+    cupy = runtime._cupy()
+    arch = runtime.device_properties().arch
+    out = cupy.empty(32, dtype=np.float32)
+    for case in cases:
+        k = compiler.compile_file("bank_probe.cu", entry="bank_probe", arch=arch,
+                                  defines={"WIDTH": case["width"], "STORE": int(case["store"])})
+        fn = runtime.load(k)
+        offs = cupy.asarray(np.array(case["addrs"], dtype=np.int32))
+        fn((1, 1, 1), (32, 1, 1), (offs, out))
+    cupy.cuda.Device().synchronize()
+
+
+def launch_once(name: str, M: int, N: int, K: int, config: dict | None = None, layout: str = "NN") -> None:
+    """Compile and launch kernel ``name`` once on random inputs (compilation happens before)."""
+    from .. import api, bench
+
+    cupy = runtime._cupy()
+    a, b = bench.make_operands(M, N, K, layout)
+    out = cupy.empty((M, N), dtype=np.float32)
+    registry.get(name).compile(config, layout=layout, arch=runtime.device_properties().arch)
+    api.matmul(a, b, out=out, kernel=name, config=config)
+    cupy.cuda.Device().synchronize()
+
+
+# --------------------------------------------------------------------------- peaks
+
+
+def bandwidth(nbytes: int, reps: int) -> float:
+    """Read bandwidth in GB/s over a buffer of ``nbytes`` read ``reps`` times (median of 5)."""
+    cupy = runtime._cupy()
+    props = runtime.device_properties()
+    fn = runtime.load(compiler.compile_file("bw_probe.cu", entry="bw_probe", arch=props.arch))
+    buf = cupy.random.standard_normal(nbytes // 4, dtype=np.float32)
+    out = cupy.empty(1, dtype=np.float32)
+    blocks = props.sms * (props.max_threads_per_sm // 256)
+    args = (buf, np.int64(nbytes // 16), np.int32(reps), out)
+    fn((blocks, 1, 1), (256, 1, 1), args)  # warm-up (and L2 fill for the small buffer)
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    times = []
+    for _ in range(5):
+        start.record()
+        fn((blocks, 1, 1), (256, 1, 1), args)
+        end.record()
+        end.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, end))
+    return nbytes * reps / float(np.median(times)) / 1e6
+
+
+def measure_peaks() -> dict:
+    from .. import bench, ladder
+
+    env = bench.environment()
+    return {
+        **env,
+        "fp32_tflops": ladder.measure_fp32_peak(),
+        "dram_gbs": bandwidth(2 << 30, 1),
+        "l2_gbs": bandwidth(16 << 20, 64),
+    }
+
+
+# --------------------------------------------------------------------------- predicted vs measured
+
+
+def read_ncu_csv(path) -> list[dict]:
+    """ncu --csv --metrics output -> one dict per profiled launch, in launch order: metric -> value."""
+    rows: dict[int, dict] = {}
+    text = Path(path).read_text().splitlines()
+    start = next((i for i, line in enumerate(text) if line.startswith('"ID"')), None)
+    if start is None:
+        return []
+    for r in csv.DictReader(text[start:]):
+        d = rows.setdefault(int(r["ID"]), {"kernel": r.get("Kernel Name", "")})
+        try:
+            d[r["Metric Name"]] = float(str(r["Metric Value"]).replace(",", ""))
+        except ValueError:
+            d[r["Metric Name"]] = None
+    return [rows[i] for i in sorted(rows)]
+
+
+def compare(cases: list[dict], probe_rows: list[dict], kernel_rows: dict[str, dict]) -> dict:
+    """Predicted (both models) against measured wavefronts, for the probes and the kernels."""
+    probes = []
+    for case, m in zip(cases, probe_rows):
+        op = "st" if case["store"] else "ld"
+        addrs = [None if a < 0 else a for a in case["addrs"]]
+        row = {"name": case["name"], "width": case["width"], "op": op,
+               "measured_wavefronts": m.get(f"l1tex__data_pipe_lsu_wavefronts_mem_shared_op_{op}.sum"),
+               "measured_conflicts": m.get(f"l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_{op}.sum")}
+        for model in banks.MODELS:
+            p = banks.predict(addrs, case["width"], model, case["store"])
+            row[f"{model}_wavefronts"], row[f"{model}_conflicts"] = p.wavefronts, p.conflicts
+        probes.append(row)
+    kernels = []
+    M, N, K = KERNEL_SHAPE
+    for name, m in kernel_rows.items():
+        row = {"kernel": name, "shape": [M, N, K]}
+        for op in ("ld", "st"):
+            row[f"measured_{op}_wavefronts"] = m.get(f"l1tex__data_pipe_lsu_wavefronts_mem_shared_op_{op}.sum")
+            row[f"measured_{op}_conflicts"] = m.get(f"l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_{op}.sum")
+            row[f"measured_{op}_requests"] = m.get(f"smsp__inst_executed_op_shared_{op}.sum")
+        for model in banks.MODELS:
+            t = patterns.launch_totals(name, M, N, K, model=model)
+            for op in ("ld", "st"):
+                row[f"{model}_{op}_wavefronts"] = t[f"{op}_wavefronts"]
+                row[f"{model}_{op}_conflicts"] = t[f"{op}_wavefronts"] - t[f"{op}_ideal"]
+                row[f"predicted_{op}_requests"] = t[f"{op}_requests"]
+        kernels.append(row)
+    return {"probes": probes, "kernels": kernels}
+
+
+def _kv(text: str | None) -> dict:
+    if not text:
+        return {}
+    return {k: int(v) for k, v in (item.split("=") for item in text.split(","))}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tilegemm.instruments.probe")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("cases"); p.add_argument("out")
+    p = sub.add_parser("banks"); p.add_argument("cases")
+    p = sub.add_parser("launch"); p.add_argument("name"); p.add_argument("M", type=int)
+    p.add_argument("N", type=int); p.add_argument("K", type=int)
+    p.add_argument("--config"); p.add_argument("--layout", default="NN")
+    p = sub.add_parser("peaks"); p.add_argument("out")
+    p = sub.add_parser("compare"); p.add_argument("cases"); p.add_argument("probe_csv")
+    p.add_argument("kernel_dir"); p.add_argument("out")
+    a = ap.parse_args(argv)
+    if a.cmd == "cases":
+        Path(a.out).write_text(json.dumps(probe_cases(), indent=1) + "\n")
+    elif a.cmd == "banks":
+        run_bank_probes(json.loads(Path(a.cases).read_text()))
+    elif a.cmd == "launch":
+        launch_once(a.name, a.M, a.N, a.K, _kv(a.config) or None, a.layout)
+    elif a.cmd == "peaks":
+        Path(a.out).write_text(json.dumps(measure_peaks(), indent=1) + "\n")
+    elif a.cmd == "compare":
+        cases = json.loads(Path(a.cases).read_text())
+        kernel_rows = {}
+        for f in sorted(Path(a.kernel_dir).glob("*.csv")):
+            rows = read_ncu_csv(f)
+            if rows:
+                kernel_rows[f.stem] = rows[-1]
+        doc = compare(cases, read_ncu_csv(a.probe_csv), kernel_rows)
+        Path(a.out).write_text(json.dumps(doc, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,252 @@
+"""SASS through nvdisasm: disassemble a cubin and count its instructions (GPU-free)."""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def nvdisasm_path() -> str:
+    """nvdisasm from the nvidia-cuda-nvdisasm wheel, else PATH, else $CUDA_HOME/bin."""
+    candidates = []
+    try:
+        import nvidia
+
+        for root in nvidia.__path__:
+            candidates += sorted(Path(root).glob("cu*/bin/nvdisasm"))
+            candidates += sorted(Path(root).glob("cuda_nvdisasm/bin/nvdisasm"))
+    except ImportError:
+        pass
+    found = shutil.which("nvdisasm")
+    if found:
+        candidates.append(Path(found))
+    for env in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(env):
+            candidates.append(Path(os.environ[env]) / "bin" / "nvdisasm")
+    candidates.append(Path("/usr/local/cuda/bin/nvdisasm"))
+    for c in candidates:
+        if c.is_file() and os.access(c, os.X_OK):
+            return str(c)
+    raise FileNotFoundError(
+        "nvdisasm not found; install it with `pip install nvidia-cuda-nvdisasm` (or the CUDA toolkit)"
+    )
+
+
+def disassemble(cubin: bytes) -> str:
+    """nvdisasm's listing of ``cubin`` (plain text, one instruction a line)."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+        f.write(cubin)
+        path = f.name
+    try:
+        res = subprocess.run([nvdisasm_path(), "-c", path], capture_output=True, text=True)
+    finally:
+        os.unlink(path)
+    if res.returncode != 0:
+        raise RuntimeError(f"nvdisasm failed: {res.stderr.strip()}")
+    return res.stdout
+
+
+_INSTR = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)")
+
+
+def instructions(listing: str) -> list[str]:
+    """Full opcodes (with modifiers, e.g. ``LDS.128``) in program order."""
+    return [m.group(1) for m in map(_INSTR.search, listing.splitlines()) if m]
+
+
+def opcode_counts(listing: str) -> collections.Counter:
+    return collections.Counter(instructions(listing))
+
+
+def uses_local_memory(listing: str) -> bool:
+    """True when the code touches local memory (LDL/STL: spills or run-time indexed arrays)."""
+    return any(op.split(".")[0] in ("LDL", "STL") for op in instructions(listing))
+
+
+# --------------------------------------------------------------------------- the main-loop inspector
+#
+# The listing is parsed into instructions (address, opcode, operands); loops are found from
+# backward branches (a BRA to a label at or before it); the main loop is the loop holding the most
+# FFMAs.  Counts are static: one pass over the loop body as the compiler laid it out, interior and
+# edge paths included.
+
+_LINE = re.compile(
+    r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)\s*([^;]*);"
+)
+_LABEL = re.compile(r"^\s*(\.L_x_\d+):")
+_TARGET = re.compile(r"`\((\.L_x_\d+)\)")
+_REG = re.compile(r"^[-!|]*R(\d+|Z)(\.reuse)?\|?$")
+
+
+@dataclass(frozen=True)
+class Instr:
+    addr: int
+    pred: str
+    op: str  # full opcode with modifiers, e.g. "LDS.128"
+    operands: tuple[str, ...]
+
+    @property
+    def base(self) -> str:
+        return self.op.split(".")[0]
+
+
+def parse(listing: str) -> tuple[list[Instr], dict[str, int]]:
+    """Instructions in program order, and each label's address (that of the next instruction)."""
+    out, labels, pending = [], {}, []
+    for line in listing.splitlines():
+        m = _LABEL.match(line)
+        if m:
+            pending.append(m.group(1))
+            continue
+        m = _LINE.search(line)
+        if not m:
+            continue
+        addr = int(m.group(1), 16)
+        for name in pending:
+            labels[name] = addr
+        pending = []
+        ops = tuple(o.strip() for o in m.group(4).split(",") if o.strip())
+        out.append(Instr(addr, (m.group(2) or "").strip(), m.group(3), ops))
+    return out, labels
+
+
+def loops(instrs: list[Instr], labels: dict[str, int]) -> list[tuple[int, int]]:
+    """(first, last) instruction indices of each loop closed by a backward branch."""
+    index = {ins.addr: i for i, ins in enumerate(instrs)}
+    found = []
+    for i, ins in enumerate(instrs):
+        if ins.base != "BRA":
+            continue
+        t = _TARGET.search(" ".join(ins.operands))
+        if t and t.group(1) in labels and labels[t.group(1)] <= ins.addr:
+            found.append((index[labels[t.group(1)]], i))
+    return found
+
+
+def main_loop(instrs: list[Instr], labels: dict[str, int]) -> list[Instr]:
+    """The body of the loop with the most FFMAs (the smallest such loop on a tie); the whole
+    program when there is no loop with an FFMA in it."""
+    best, key = None, None
+    for a, b in loops(instrs, labels):
+        body = instrs[a:b + 1]
+        k = (sum(x.base == "FFMA" for x in body), -(b - a))
+        if k[0] and (key is None or k > key):
+            best, key = body, k
+    return best if best is not None else instrs
+
+
+def width_bits(op: str) -> int:
+    """Access width of a load or store opcode: LDS.128 -> 128, LDG.E.64 -> 64, LDS -> 32."""
+    for mod in op.split(".")[1:]:
+        digits = mod.lstrip("USB")
+        if digits in ("8", "16", "32", "64", "128"):
+            return int(digits)
+    return 32
+
+
+_MEMORY = ("LDS", "STS", "LDG", "STG", "LDGSTS", "LDSM", "LDL", "STL")
+
+
+def mix(body: list[Instr]) -> collections.Counter:
+    """Instruction classes: FFMA, LDS.128, LDG.128, STS.32, BAR, ... and 'other'."""
+    c = collections.Counter()
+    for ins in body:
+        if ins.base in _MEMORY:
+            c[f"{ins.base}.{width_bits(ins.op)}"] += 1
+        elif ins.base in ("FFMA", "BAR", "BRA", "FMUL", "FADD", "IMAD", "IADD3", "LEA", "ISETP", "MOV"):
+            c[ins.base] += 1
+        else:
+            c["other"] += 1
+    return c
+
+
+def _sources(ins: Instr) -> list[tuple[int, int | None, bool]]:
+    """(slot, register number or None for RZ/non-register, reuse flag) of each source operand."""
+    out = []
+    for slot, text in enumerate(ins.operands[1:4]):
+        m = _REG.match(text)
+        if m:
+            reg = None if m.group(1) == "Z" else int(m.group(1))
+            out.append((slot, reg, bool(m.group(2))))
+        else:
+            out.append((slot, None, False))
+    return out
+
+
+# Register-bank models (register number -> bank; when reads from one bank cost an extra cycle).
+# "volta": sm_70 .. sm_90: two banks, bank = R % 2, each 64 bits wide, so an FFMA stalls a cycle
+#   only when all three of its source reads come from one bank.  Source: Jia, Maggioni, Staiger,
+#   Scarpazza, "Dissecting the NVIDIA Volta GPU Architecture via Microbenchmarking" (2018) §3, and
+#   the same authors' Turing report (2019); no newer measurement is public, so sm_80 and sm_90 are
+#   assumed to follow it (an estimate, not a measurement).
+# "maxwell": seed 003 (maxas): four banks, bank = R % 4; every second read from one bank costs a
+#   cycle.
+REG_BANK_MODELS = {"volta": (2, 3), "maxwell": (4, 2)}  # (banks, reads from one bank that conflict)
+
+
+@dataclass(frozen=True)
+class LoopReport:
+    instructions: int
+    mix: dict
+    ffma: int
+    ffma_share: float  # FFMA / instructions in the loop body
+    reuse_operands: int  # FFMA source operands that carry .reuse
+    reuse_hits: int  # FFMA source reads served by the previous instruction's reuse cache
+    ffma_sources: int  # FFMA source reads of real registers
+    bank_conflicts: int  # extra register-file cycles among FFMA sources (model below)
+    bank_model: str
+    lds: dict  # LDS width (bits) -> count
+    ldg: dict
+    bars: int
+
+
+def register_bank_conflicts(body: list[Instr], model: str = "volta") -> tuple[int, int, int, int]:
+    """(extra cycles, reuse hits, reuse flags, register reads) over the FFMAs of ``body``.
+
+    A source read is served by the reuse cache when the instruction just before had the same
+    register in the same operand slot with ``.reuse``; the remaining distinct registers are read
+    from their banks.
+    """
+    if model not in REG_BANK_MODELS:
+        raise ValueError(f"model must be one of {sorted(REG_BANK_MODELS)}, got {model!r}")
+    banks, limit = REG_BANK_MODELS[model]
+    extra = hits = flags = reads = 0
+    prev: dict[int, int] = {}
+    for ins in body:
+        srcs = _sources(ins) if ins.base in ("FFMA", "FMUL", "FADD", "IMAD", "IADD3") else []
+        if ins.base == "FFMA":
+            fetched = set()
+            for slot, reg, reuse in srcs:
+                if reg is None:
+                    continue
+                reads += 1
+                flags += reuse
+                if prev.get(slot) == reg:
+                    hits += 1
+                else:
+                    fetched.add(reg)
+            per_bank = collections.Counter(r % banks for r in fetched)
+            extra += sum(max(0, n - limit + 1) for n in per_bank.values())
+        prev = {slot: reg for slot, reg, reuse in srcs if reuse and reg is not None}
+    return extra, hits, flags, reads
+
+
+def inspect(listing: str, model: str = "volta") -> LoopReport:
+    """The main loop's instruction mix, FFMA share, reuse and register-bank estimate."""
+    instrs, labels = parse(listing)
+    body = main_loop(instrs, labels)
+    m = mix(body)
+    extra, hits, flags, reads = register_bank_conflicts(body, model)
+    ffma = m.get("FFMA", 0)
+    width = lambda base: {int(k.split(".")[1]): v for k, v in m.items() if k.startswith(base + ".")}
+    return LoopReport(
+        instructions=len(body), mix=dict(m), ffma=ffma, ffma_share=ffma / max(1, len(body)),
+        reuse_operands=flags, reuse_hits=hits, ffma_sources=reads, bank_conflicts=extra,
+        bank_model=model, lds=width("LDS"), ldg=width("LDG"), bars=m.get("BAR", 0),
+    )

@@ -1,0 +1,51 @@
+"""GPU: the occupancy calculator against the driver (every rung, the family default, and 60 tuner
+configs); the peak and bandwidth probes return sane numbers."""
+
+import pytest
+
+from tilegemm import autotune, registry, runtime
+from tilegemm.instruments import occupancy, probe
+
+pytestmark = pytest.mark.gpu
+
+
+def _ours(spec, params, resources, limits):
+    return occupancy.occupancy(spec.threads(params), resources.registers,
+                               resources.shared_bytes + spec.smem(params), limits).blocks
+
+
+def _limits():
+    return registry.Limits.from_props(runtime.device_properties())
+
+
+@pytest.mark.parametrize("name", sorted(registry.RUNGS) + ["gemm"])
+def test_occupancy_matches_driver_for_every_rung(cp, name):
+    spec, limits = registry.get(name), _limits()
+    params = spec.params()
+    res = spec.compile(params, arch=runtime.device_properties().arch).resources
+    assert _ours(spec, params, res, limits) == probe.driver_occupancy(spec, params)
+
+
+def test_occupancy_matches_driver_for_tuner_configs(cp):
+    limits = _limits()
+    arch = runtime.device_properties().arch
+    cfgs = autotune.enumerate_configs(limits)
+    step = max(1, len(cfgs) // 60)
+    sample = cfgs[::step][:60]
+    assert len(sample) >= 50
+    autotune.compile_all(sample, ["NN"], arch)  # fill the disk cache in parallel
+    F = registry.FAMILY
+    mismatches = []
+    for cfg in sample:
+        p = F.params(cfg)
+        res = F.compile(F.compiled_params(p), arch=arch).resources
+        ours, drv = _ours(F, p, res, limits), probe.driver_occupancy(F, F.compiled_params(p))
+        if ours != drv:
+            mismatches.append((cfg, res.registers, ours, drv))
+    assert not mismatches, mismatches
+
+
+def test_bandwidth_probe_is_plausible(cp):
+    dram = probe.bandwidth(256 << 20, 1)
+    l2 = probe.bandwidth(8 << 20, 16)
+    assert 100 < dram < 20000 and dram < l2 < 100000

@@ -31,4 +31,5 @@ for r in d["kernels"]:
     print(r)
 PY
 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_instruments.py 2>&1 | tee "$RAW/pytest.log" | tail -15
+RAW="$RAW" bash scripts/device_stalls.sh
 tar czf "$OUT/raw.tar.gz" -C /tmp raw

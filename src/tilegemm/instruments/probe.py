@@ -231,7 +231,8 @@ def compare(cases: list[dict], probe_rows: list[dict], kernel_rows: dict[str, di
                 row[f"{model}_{op}_conflicts"] = t[f"{op}_wavefronts"] - t[f"{op}_ideal"]
                 row[f"predicted_{op}_requests"] = t[f"{op}_requests"]
         kernels.append(row)
-    return {"probes": probes, "kernels": kernels}
+    return {"probes": probes, "kernels": kernels, "cases": cases,
+            "metrics": list(NCU_METRICS), "kernel_shape": list(KERNEL_SHAPE)}
 
 
 def _kv(text: str | None) -> dict:

@@ -59,6 +59,11 @@ def test_hopper_model_pairs_small_phases_of_wide_loads_only():
     assert banks.predict([16 * (i % 8) for i in L], 16, "hopper").wavefronts == 4  # full quarters
     assert banks.predict([0 if i % 16 < 8 else 512 for i in L], 16, "hopper").wavefronts == 4  # one bank
     assert banks.predict([0] * 32, 8, "hopper").wavefronts == 1
+    # each phase of a merged pair reads at most two addresses: 2 + 2 float4 merge, 3 + 1 do not
+    two = [32 * (i // 8) + 16 * (i % 2) for i in L]
+    three_one = [16 * (i % 3) if i % 16 < 8 else 48 for i in L]
+    assert banks.predict(two, 16, "hopper").wavefronts == 2
+    assert banks.predict(three_one, 16, "hopper").wavefronts == 4
 
 
 def test_bank_simulator_rejects_bad_requests():

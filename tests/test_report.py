@@ -19,13 +19,19 @@ def test_results_files_follow_schema_1():
     files = sorted((ROOT / "benchmarks" / "results").glob("*.json"))
     assert files
     keys = {"kernel", "M", "N", "K", "layout", "batch", "tflops", "ms", "cublas_tflops", "ratio", "rel_err"}
+    # instrument measurements carry a "kind" and their own body instead of timing rows
+    bodies = {"banks": ("probes", "kernels", "cases"), "peaks": ("fp32_tflops", "dram_gbs", "l2_gbs"),
+              "stalls": ("kernels",)}
     for f in files:
         doc = json.loads(f.read_text())
         assert doc["schema"] == 1
-        for k in ("date", "gpu", "sm", "sms", "driver", "versions", "rows"):
+        kind = doc.get("kind", "timings")
+        assert kind in ("timings", *bodies), (f.name, kind)
+        assert f.stem.endswith(kind) or kind == "timings", (f.name, kind)
+        for k in ("date", "gpu", "sm", "sms", "driver", "versions", *bodies.get(kind, ("rows",))):
             assert k in doc, (f.name, k)
         assert {"tilegemm", "cupy", "nvrtc", "torch"} <= set(doc["versions"])
-        for row in doc["rows"]:
+        for row in doc.get("rows", []):
             assert keys <= set(row), (f.name, row)
             assert row["layout"] in ("NN", "NT", "TN", "TT")
 

@@ -114,7 +114,46 @@ def suite_table(doc: dict) -> str:
     return caption + "\n\n" + "\n".join(lines) + "\n" + tail
 
 
-VIEWS = {"pivot": pivot_table, "seed001": seed001_table, "suite": suite_table}
+def _m(x) -> str:
+    return "-" if x is None else f"{x / 1e6:.2f}"
+
+
+def banks_table(doc: dict) -> str:
+    """Shared-memory wavefronts of every kernel at one shape: the seed's model, the refined model
+    and Nsight Compute, loads and stores (instruments/banks.py, instruments/probe.py)."""
+    M, N, K = doc["kernel_shape"]
+    lines = ["| kernel | loads: seed model | loads: Hopper model | loads: ncu | ncu load conflicts "
+             "| stores: model | stores: ncu | ncu store conflicts |",
+             "|---|---|---|---|---|---|---|---|"]
+    for k in doc["kernels"]:
+        lines.append(f"| {k['kernel']} | {_m(k['seed_ld_wavefronts'])} | {_m(k['hopper_ld_wavefronts'])} "
+                     f"| {_m(k['measured_ld_wavefronts'])} | {_m(k['measured_ld_conflicts'])} "
+                     f"| {_m(k['hopper_st_wavefronts'])} | {_m(k['measured_st_wavefronts'])} "
+                     f"| {_m(k['measured_st_conflicts'])} |")
+    probes = doc["probes"]
+    hit = {m: sum(r[f"{m}_wavefronts"] == r["measured_wavefronts"] for r in probes) for m in ("seed", "hopper")}
+    return (f"Shared-memory wavefronts (millions) of one {M}x{N}x{K} launch on {doc['gpu']} ({doc['date']}, "
+            f"driver {doc['driver']}): predicted from each kernel's declared accesses, measured by Nsight "
+            "Compute (l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld/st.sum). Single-instruction probes: "
+            f"the seed's model predicts {hit['seed']} of {len(probes)}, the refined model {hit['hopper']} "
+            f"of {len(probes)}.\n\n" + "\n".join(lines) + "\n")
+
+
+def probes_table(doc: dict) -> str:
+    """The single-instruction probes where the seed's model and the measurement differ, and the
+    seed's worked cases."""
+    lines = ["| probe (one warp-wide instruction) | seed model | Hopper model | ncu |", "|---|---|---|---|"]
+    for r in doc["probes"]:
+        worked = "seed" in r["name"] or "4x8" in r["name"]
+        if worked or r["seed_wavefronts"] != r["measured_wavefronts"]:
+            lines.append(f"| {r['name']} | {r['seed_wavefronts']} | {r['hopper_wavefronts']} "
+                         f"| {r['measured_wavefronts']:.0f} |")
+    return (f"Wavefronts of single shared-memory instructions on {doc['gpu']} ({doc['date']}): the seed's "
+            "worked cases, and every probe where the seed's model misses.\n\n" + "\n".join(lines) + "\n")
+
+
+VIEWS = {"pivot": pivot_table, "seed001": seed001_table, "suite": suite_table, "banks": banks_table,
+         "probes": probes_table}
 
 
 def render(text: str, results_dir: Path) -> str:

@@ -9,14 +9,14 @@ Two models:
 - ``"seed"``: seed 002's rules.  LDS.32 is served for the whole warp at once; LDS.64 in 2 phases of
   16 threads (0-15, 16-31); LDS.128 in 4 phases of 8 threads.  Within a phase the wavefronts are
   the largest number of distinct words any one bank must serve; the phases add up.
-- ``"hopper"``: the seed's rules refined by Nsight Compute measurements on an H200 (sm_90;
-  benchmarks/results/*-banks.json, docs/perf-notes.md).  Stores, and loads of 32 bits, follow the
-  seed exactly.  Loads of 64 and 128 bits take their phases in pairs (16-lane halves for LDS.64; the
-  quarter pairs 0-1 and 2-3 for LDS.128): a pair whose phases together ask for at most 16 words
-  (counting each phase's distinct words; 64 bytes), with no two of them in one bank, is served in
-  one wavefront; any other pair costs what the seed's rules say for its two phases.  So a
-  quarter-warp broadcast costs half a wavefront (an LDS.128 where every quarter reads one float4
-  takes 2, not 4), while full quarters are never merged.
+- ``"hopper"``: the seed's rules refined by Nsight Compute measurements on an H100 and an H200
+  (sm_90; benchmarks/results/*-banks.json, docs/perf-notes.md).  Stores, and loads of 32 bits,
+  follow the seed exactly.  Loads of 64 and 128 bits take their phases in pairs (the two 16-lane
+  halves for LDS.64; quarters 0-1 and 2-3 for LDS.128): a pair in which each phase reads at most
+  two distinct addresses, with no two distinct words of the pair in one bank, is served in one
+  wavefront; any other pair costs what the seed's rules say for its two phases.  So a quarter-warp
+  broadcast (the A fragment of a 4 x 8 warp) costs half a wavefront: such an LDS.128 takes 2, not 4,
+  while quarters that read three or more float4s are never merged.
 
 A lane with address ``None`` is inactive (predicated off).
 """
@@ -79,22 +79,22 @@ def predict(addrs: Sequence[int | None], width: int, model: str = "seed", store:
     if model not in MODELS:
         raise ValueError(f"model must be one of {MODELS}, got {model!r}")
     size = 32 // phases(width)
-    per_phase = []  # (distinct words, seed wavefronts) of each phase with an active lane
+    per_phase = []  # (distinct addresses, distinct words, seed wavefronts) of each live phase
     for p in range(0, 32, size):
-        active = [a for a in addrs[p:p + size] if a is not None]
+        active = {a for a in addrs[p:p + size] if a is not None}
         words = {w for a in active for w in _words(a, width)}
-        per_phase.append((words, _max_per_bank(words)) if active else None)
+        per_phase.append((len(active), words, _max_per_bank(words)) if active else None)
     if model == "seed" or width == WORD or store:
         live = [x for x in per_phase if x]
-        return Prediction(sum(x[1] for x in live), len(live))
+        return Prediction(sum(x[2] for x in live), len(live))
     waves = ideal = 0
     for pair in zip(per_phase[0::2], per_phase[1::2]):
         live = [x for x in pair if x]
-        small = len(live) == 2 and len(live[0][0]) + len(live[1][0]) <= 16
-        if small and _max_per_bank(live[0][0] | live[1][0]) <= 1:
+        small = len(live) == 2 and max(x[0] for x in live) <= 2
+        if small and _max_per_bank(live[0][1] | live[1][1]) <= 1:
             waves += 1
         else:
-            waves += sum(x[1] for x in live)
+            waves += sum(x[2] for x in live)
         ideal += 1 if small else len(live)
     return Prediction(waves, ideal)
 

@@ -177,7 +177,7 @@ def measure_peaks() -> dict:
 
     env = bench.environment()
     return {
-        **env,
+        "schema": bench.SCHEMA, "kind": "peaks", "date": _today(), **env,
         "fp32_tflops": ladder.measure_fp32_peak(),
         "dram_gbs": bandwidth(2 << 30, 1),
         "l2_gbs": bandwidth(16 << 20, 64),
@@ -235,6 +235,12 @@ def compare(cases: list[dict], probe_rows: list[dict], kernel_rows: dict[str, di
             "metrics": list(NCU_METRICS), "kernel_shape": list(KERNEL_SHAPE)}
 
 
+def _today() -> str:
+    import datetime
+
+    return datetime.date.today().isoformat()
+
+
 def _kv(text: str | None) -> dict:
     if not text:
         return {}
@@ -268,7 +274,11 @@ def main(argv=None) -> int:
             rows = read_ncu_csv(f)
             if rows:
                 kernel_rows[f.stem] = rows[-1]
-        doc = compare(cases, read_ncu_csv(a.probe_csv), kernel_rows)
+        from .. import bench
+
+        env = bench.environment() if runtime.have_gpu() else {}
+        doc = {"schema": bench.SCHEMA, "kind": "banks", "date": _today(), **env,
+               **compare(cases, read_ncu_csv(a.probe_csv), kernel_rows)}
         Path(a.out).write_text(json.dumps(doc, indent=1) + "\n")
     return 0
 

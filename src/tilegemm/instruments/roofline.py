@@ -7,7 +7,7 @@ Two intensities:
 - the tile's (the seed's compute-to-global-memory-access ratio): a block of bm x bn outputs loads
   (bm + bn) floats per k for 2 bm bn FLOPs, so bm bn / (2 (bm + bn)) FLOP per byte of loads issued
   to the memory system (L2); the naive rung loads both operands per FMA: 2 / 8 = 0.25.
-Peaks come from the shipped table (``tables/peaks.json``, measured by ``probe peaks``) or a dict.
+Peaks come from the shipped table (``instruments/peaks.json``, measured by ``probe peaks``) or a dict.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from .. import registry
 
 def shipped_peaks() -> dict:
     """{GPU name: {fp32_tflops, dram_gbs, l2_gbs, date, ...}} measured and shipped with tilegemm."""
-    text = resources.files("tilegemm").joinpath("tables/peaks.json").read_text()
+    text = resources.files("tilegemm.instruments").joinpath("peaks.json").read_text()
     return json.loads(text)
 
 
@@ -101,13 +101,23 @@ def plot_ladder(ladder_doc: dict, peaks: dict, path, size: int = 4096) -> None:
     shape_ai = 2.0 * size ** 3 / (12.0 * size * size)
     ax.axvline(shape_ai, color="gray", linestyle="-.", linewidth=0.8,
                label=f"{size}³ compulsory intensity ({shape_ai:.0f} FLOP/B)")
+    cublas = next((r for r in rows if r["kernel"] == "cublas"), None)
+    if cublas:
+        ax.axhline(cublas["tflops"], color="black", linestyle="--", label=f"cuBLAS {cublas['tflops']:.1f}")
+    points = {}
     for r in rows:
-        if r["kernel"] == "cublas":
-            ax.axhline(r["tflops"], color="black", linestyle="--", label=f"cuBLAS {r['tflops']:.1f}")
-            continue
-        x = tile_intensity(r["kernel"])
-        ax.scatter([x], [r["tflops"]], zorder=3)
-        ax.annotate(r["kernel"][:2], (x, r["tflops"]), textcoords="offset points", xytext=(5, -10), fontsize=8)
+        if r["kernel"] != "cublas":
+            points.setdefault(r["kernel"], r["tflops"])
+    by_x: dict = {}
+    for k, y in points.items():
+        by_x.setdefault(tile_intensity(k), []).append((y, k))
+    for x, group in by_x.items():
+        ax.scatter([x] * len(group), [y for y, _ in group], zorder=3, color="tab:red", s=18)
+        label_y = None
+        for y, k in sorted(group, reverse=True):  # labels to the right, at least 14% apart
+            label_y = y if label_y is None else min(y, label_y / 1.14)
+            ax.annotate(f"{k} {y:.1f}", (x, y), xytext=(x * 1.25, label_y), fontsize=7,
+                        va="center", arrowprops=dict(arrowstyle="-", color="gray", linewidth=0.5))
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("FLOP per byte of global loads issued (the block tile's compute-to-memory ratio)")

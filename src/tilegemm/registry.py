@@ -314,7 +314,6 @@ FAMILY_CONSTRAINTS = (
        and family_regs_estimate(p) <= min(255, lim.regs_per_sm // max(1, p["minb"] * _threads(p)))),
     _c("swizzle >= 0", lambda p, lim: p["swizzle"] >= 0),
     _c("splits >= 1", lambda p, lim: p["splits"] >= 1),
-    _c("split is 0 or 1", lambda p, lim: p["split"] in (0, 1)),
 )
 
 FAMILY = KernelSpec(
@@ -324,8 +323,7 @@ FAMILY = KernelSpec(
     seed="beyond the seeds (docs/perf-notes.md)",
     # the 4096^3 winner of the H200 tuning run that compiles without spills in every layout with
     # NVRTC 13.0 and 13.5 (rung 8's 8 x 8 threads spill 8 bytes here with NVRTC 13.0)
-    defaults={"bm": 128, "bn": 128, "bk": 8, "tm": 8, "tn": 16, "ln": 4, "minb": 2, "swizzle": 8, "splits": 1,
-              "split": 0},
+    defaults={"bm": 128, "bn": 128, "bk": 8, "tm": 8, "tn": 16, "ln": 4, "minb": 2, "swizzle": 8, "splits": 1},
     block=lambda p: (_threads(p), 1, 1),
     tile=lambda p: (p["bm"], p["bn"]),
     smem=family_smem,

@@ -12,8 +12,6 @@
 //   LN         lanes of a warp along N (the warp is 32/LN x LN threads)
 //   MINB       blocks per SM asked of ptxas (__launch_bounds__); 0: no request
 //   SWIZZLE    block rows per group of the 1-D block order (L2 reuse, rung 8); 0/1: off
-//   SPLIT      1: a second copy of the K loop with no edge code, run by interior blocks whose K is
-//              whole tiles (fewer instructions per FFMA; more registers, so some configs spill)
 //   TG_VEC, TG_TRANS_A, TG_TRANS_B: as in every rung (tg_common.cuh, tg_tiles.cuh)
 // Grid: x = block tiles of one product (swizzled), z = batch * splits.  Split s of batch b sums k in
 // [s * k_split, min(K, (s + 1) * k_split)) and writes its own D[z]; the host then adds the splits
@@ -44,9 +42,6 @@
 #endif
 #ifndef SWIZZLE
 #define SWIZZLE 8
-#endif
-#ifndef SPLIT
-#define SPLIT 0
 #endif
 
 #define ROWS_T (BM / TM)            // threads along M
@@ -122,42 +117,6 @@ __device__ __forceinline__ void epilogue(float (*acc)[TN], float *D, tg_idx ldd,
     }
 }
 
-// The K loop after the prologue: prefetch tile t+1 into registers, compute tile t from shared
-// memory (fragment k+1 loaded while fragment k is used), then store tile t+1 into the other buffer.
-// EDGE = false: every tile is full and inside A and B (no predicated loads in the loop).
-template <bool EDGE, class TA, class TB>
-__device__ __forceinline__ void mainloop(TA &ta, TB &tb, float (*acc)[TN], float (*a)[TM], float (*b)[TN],
-                                         float *As, float *Bs, int ao, int bo, tg_idx lda, tg_idx ldb,
-                                         int m0, int n0, int M, int N, int K, int tid) {
-    int buf = 0;
-    for (int kt = 0; kt < K; kt += BK) {
-        const int next = kt + BK;
-        const bool more = next < K;
-        if (more) {  // prefetch tile t+1 into registers
-            ta.next(lda);
-            tb.next(ldb);
-            if (!EDGE || next + BK <= K) { ta.template load<false>(lda, m0, next, M, K, tid); tb.template load<false>(ldb, next, n0, K, N, tid); }
-            else                         { ta.template load<true>(lda, m0, next, M, K, tid);  tb.template load<true>(ldb, next, n0, K, N, tid); }
-        }
-        const float *as = As + buf * BK * LDA_S, *bs = Bs + buf * BK * LDB_S;
-#pragma unroll
-        for (int k = 0; k < BK - 1; ++k) {
-            frag<TM / 4, ROWS_T * 4>(a[(k + 1) % 2], as + (k + 1) * LDA_S + ao);
-            frag<TN / 4, COLS_T * 4>(b[(k + 1) % 2], bs + (k + 1) * LDB_S + bo);
-            outer(acc, a[k % 2], b[k % 2]);
-        }
-        if (more) {
-            buf ^= 1;
-            ta.template store<LDA_S>(As + buf * BK * LDA_S, tid);
-            tb.template store<LDB_S>(Bs + buf * BK * LDB_S, tid);
-            __syncthreads();
-            frag<TM / 4, ROWS_T * 4>(a[BK % 2], As + buf * BK * LDA_S + ao);
-            frag<TN / 4, COLS_T * 4>(b[BK % 2], Bs + buf * BK * LDB_S + bo);
-        }
-        outer(acc, a[(BK - 1) % 2], b[(BK - 1) % 2]);
-    }
-}
-
 extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
     int M, int N, int K, const float *__restrict__ A, long long lda, long long sA,
     const float *__restrict__ B, long long ldb, long long sB, const float *C, long long ldc,
@@ -208,9 +167,33 @@ extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
     frag<TM / 4, ROWS_T * 4>(a[0], As + ao);
     frag<TN / 4, COLS_T * 4>(b[0], Bs + bo);
 
-    // SPLIT: interior blocks whose K is a whole number of tiles run a loop with no edge code in it
-    if (SPLIT && interior && K % BK == 0) mainloop<false>(ta, tb, acc, a, b, As, Bs, ao, bo, lda, ldb, m0, n0, M, N, K, tid);
-    else                         mainloop<true>(ta, tb, acc, a, b, As, Bs, ao, bo, lda, ldb, m0, n0, M, N, K, tid);
+    int buf = 0;
+    for (int kt = 0; kt < K; kt += BK) {
+        const int next = kt + BK;
+        const bool more = next < K;
+        if (more) {  // prefetch tile t+1 into registers
+            ta.next(lda);
+            tb.next(ldb);
+            if (interior && next + BK <= K) { ta.load<false>(lda, m0, next, M, K, tid); tb.load<false>(ldb, next, n0, K, N, tid); }
+            else                            { ta.load<true>(lda, m0, next, M, K, tid);  tb.load<true>(ldb, next, n0, K, N, tid); }
+        }
+        const float *as = As + buf * BK * LDA_S, *bs = Bs + buf * BK * LDB_S;
+#pragma unroll
+        for (int k = 0; k < BK - 1; ++k) {
+            frag<TM / 4, ROWS_T * 4>(a[(k + 1) % 2], as + (k + 1) * LDA_S + ao);
+            frag<TN / 4, COLS_T * 4>(b[(k + 1) % 2], bs + (k + 1) * LDB_S + bo);
+            outer(acc, a[k % 2], b[k % 2]);
+        }
+        if (more) {
+            buf ^= 1;
+            ta.store<LDA_S>(As + buf * BK * LDA_S, tid);
+            tb.store<LDB_S>(Bs + buf * BK * LDB_S, tid);
+            __syncthreads();
+            frag<TM / 4, ROWS_T * 4>(a[BK % 2], As + buf * BK * LDA_S + ao);
+            frag<TN / 4, COLS_T * 4>(b[BK % 2], Bs + buf * BK * LDB_S + bo);
+        }
+        outer(acc, a[(BK - 1) % 2], b[(BK - 1) % 2]);
+    }
 
     C += (blockIdx.z / splits) * sC;
     D += blockIdx.z * sD;

@@ -232,7 +232,7 @@ def cmd_ladder(args) -> int:
     return _report_failures(rows, bench.TOLERANCE)
 
 
-def _config_arg(text: str | None) -> dict | None:
+def parse_config(text: str | None) -> dict | None:
     """``"bm=128,bn=64"`` -> {"bm": 128, "bn": 64}."""
     if not text:
         return None
@@ -253,7 +253,7 @@ def cmd_explain(args) -> int:
 
     from .instruments import explain
 
-    report = explain.build(args.kernel, _config_arg(args.config), tuple(args.shape), args.layout,
+    report = explain.build(args.kernel, parse_config(args.config), tuple(args.shape), args.layout,
                            args.arch, args.gpu, measure=False if args.no_measure else None)
     if args.json:
         print(json.dumps(report, indent=1, default=str))

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import compiler, registry, runtime
+from .. import compiler, runtime
 from . import banks, patterns
 
 NCU_METRICS = (
@@ -137,13 +137,12 @@ def run_bank_probes(cases: list[dict]) -> None:
 
 
 def launch_once(name: str, M: int, N: int, K: int, config: dict | None = None, layout: str = "NN") -> None:
-    """Compile and launch kernel ``name`` once on random inputs (compilation happens before)."""
+    """Launch kernel ``name`` once on random inputs (ncu: profile with ``-c 1``)."""
     from .. import api, bench
 
     cupy = runtime._cupy()
     a, b = bench.make_operands(M, N, K, layout)
     out = cupy.empty((M, N), dtype=np.float32)
-    registry.get(name).compile(config, layout=layout, arch=runtime.device_properties().arch)
     api.matmul(a, b, out=out, kernel=name, config=config)
     cupy.cuda.Device().synchronize()
 
@@ -241,12 +240,6 @@ def _today() -> str:
     return datetime.date.today().isoformat()
 
 
-def _kv(text: str | None) -> dict:
-    if not text:
-        return {}
-    return {k: int(v) for k, v in (item.split("=") for item in text.split(","))}
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tilegemm.instruments.probe")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -264,7 +257,9 @@ def main(argv=None) -> int:
     elif a.cmd == "banks":
         run_bank_probes(json.loads(Path(a.cases).read_text()))
     elif a.cmd == "launch":
-        launch_once(a.name, a.M, a.N, a.K, _kv(a.config) or None, a.layout)
+        from ..cli import parse_config
+
+        launch_once(a.name, a.M, a.N, a.K, parse_config(a.config), a.layout)
     elif a.cmd == "peaks":
         Path(a.out).write_text(json.dumps(measure_peaks(), indent=1) + "\n")
     elif a.cmd == "compare":

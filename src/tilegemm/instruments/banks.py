@@ -98,6 +98,3 @@ def predict(addrs: Sequence[int | None], width: int, model: str = "seed", store:
         ideal += 1 if small else len(live)
     return Prediction(waves, ideal)
 
-
-def wavefronts(addrs: Sequence[int | None], width: int, model: str = "seed", store: bool = False) -> int:
-    return predict(addrs, width, model, store).wavefronts

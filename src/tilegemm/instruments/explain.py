@@ -131,4 +131,5 @@ def render(report: dict, console) -> None:
                       f"{m['ratio']:.2f}x cuBLAS ({m['cublas_tflops']:.1f}); rel. error {m['rel_err']:.1e}; "
                       f"driver occupancy {m['driver_blocks_per_sm']} blocks/SM")
     else:
-        console.print("[yellow]No GPU here: measured columns (TFLOPS, driver occupancy) need one.[/yellow]")
+        console.print("[yellow]Not measured (no GPU here, or --no-measure): the timed run and the "
+                      "driver's occupancy need a GPU.[/yellow]")

@@ -13,7 +13,6 @@ Peaks come from the shipped table (``instruments/peaks.json``, measured by ``pro
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass
 from importlib import resources
 
@@ -129,6 +128,3 @@ def plot_ladder(ladder_doc: dict, peaks: dict, path, size: int = 4096) -> None:
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
-
-def fraction(x: float) -> str:
-    return f"{100 * x:.0f}%" if math.isfinite(x) else "-"

@@ -52,12 +52,9 @@ def disassemble(cubin: bytes) -> str:
     return res.stdout
 
 
-_INSTR = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)")
-
-
 def instructions(listing: str) -> list[str]:
     """Full opcodes (with modifiers, e.g. ``LDS.128``) in program order."""
-    return [m.group(1) for m in map(_INSTR.search, listing.splitlines()) if m]
+    return [ins.op for ins in parse(listing)[0]]
 
 
 def opcode_counts(listing: str) -> collections.Counter:
@@ -203,7 +200,6 @@ class LoopReport:
     bank_model: str
     lds: dict  # LDS width (bits) -> count
     ldg: dict
-    bars: int
 
 
 def register_bank_conflicts(body: list[Instr], model: str = "volta") -> tuple[int, int, int, int]:
@@ -248,5 +244,5 @@ def inspect(listing: str, model: str = "volta") -> LoopReport:
     return LoopReport(
         instructions=len(body), mix=dict(m), ffma=ffma, ffma_share=ffma / max(1, len(body)),
         reuse_operands=flags, reuse_hits=hits, ffma_sources=reads, bank_conflicts=extra,
-        bank_model=model, lds=width("LDS"), ldg=width("LDG"), bars=m.get("BAR", 0),
+        bank_model=model, lds=width("LDS"), ldg=width("LDG"),
     )

@@ -180,9 +180,13 @@ def _ops(name, arch="sm_90", layout="NN", vec=4, params=None):
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("name", LADDER)
 def test_ffma_per_k_step_as_designed(name, arch):
-    # every rung from 3 on: an 8x8 thread tile, i.e. 64 FFMAs per k, BK k-steps per tile, and the
-    # K loop body is unrolled once (the edge path shares the same FFMAs)
-    assert _ops(name, arch)["FFMA"] == 64 * _bk(name)
+    # rungs 3-7: an 8x8 thread tile, i.e. 64 FFMAs per k; rung 8: 16x8, 128; BK k-steps per tile,
+    # and the K loop body is unrolled once (the edge path shares the same FFMAs)
+    assert _ops(name, arch)["FFMA"] == _ffma_per_k(name) * _bk(name)
+
+
+def _ffma_per_k(name):
+    return 128 if name == "08_hopper" else 64
 
 
 def _bk(name):
@@ -196,14 +200,22 @@ def test_vector_rungs_use_128_bit_loads(name, arch, layout):
     ops = _ops(name, arch, layout)
     assert ops["LDS.128"] >= 4 * _bk(name), "two float4 of A and two of B per k step"
     assert sum(v for k, v in ops.items() if k.startswith("LDS") and k != "LDS.128") == 0
-    assert sum(v for k, v in ops.items() if k.startswith("LDG.E.128")) >= 2, "float4 global loads in the main loop"
+    if name != "08_hopper":
+        assert sum(v for k, v in ops.items() if k.startswith("LDG.E.128")) >= 2, "float4 global loads in the main loop"
+        return
+    # rung 8 copies global -> shared with cp.async: 16 bytes a copy for an operand that keeps its
+    # orientation (A in TN/TT, B in NN/TN), 4 bytes for one transposed on the way in; no LDG at all
+    wide = sum(v for k, v in ops.items() if k.startswith("LDGSTS") and ".128" in k)
+    narrow = sum(v for k, v in ops.items() if k.startswith("LDGSTS") and ".128" not in k)
+    assert not any(k.startswith("LDG.") for k in ops)
+    assert (wide > 0) == (layout != "NT") and narrow > 0 if layout != "TN" else wide > 0
 
 
 @pytest.mark.parametrize("name", [n for n in LADDER if n >= "04"])
 def test_unaligned_variant_uses_narrow_global_loads(name):
     ops = _ops(name, vec=1)
-    assert not any(k.startswith("LDG.E.128") or k.startswith("STG.E.128") for k in ops)
-    assert ops["FFMA"] == 64 * _bk(name)
+    assert not any(k.startswith(("LDG.E.128", "STG.E.128")) or k.startswith("LDGSTS") and ".128" in k for k in ops)
+    assert ops["FFMA"] == _ffma_per_k(name) * _bk(name)
 
 
 @pytest.mark.parametrize("cfg", [(64, 16, 64, 4, 4), (64, 32, 64, 4, 4), (64, 4, 64, 8, 8), (64, 8, 64, 8, 8),
@@ -223,7 +235,14 @@ def test_warp_tiled_rungs_stage_or_store_c_as_float4():
     assert ops7["STG.E.128"] == 16 and ops7["STS.128"] >= 16  # C goes through shared memory
 
 
-@pytest.mark.parametrize("name", ["05_double_buffered", "06_warp_tiled", "07_maxas", "08_hopper"])
+def test_rung8_stages_and_warp_shapes_compile_without_spills():
+    spec = registry.get("08_hopper")
+    for p in ({"stages": 2}, {"stages": 3}, {"stages": 4}, {"ln": 4}, {"ln": 8}, {"ln": 16}):
+        assert spec.compile(p, arch="sm_90").resources.spills == 0
+    assert spec.violations(spec.params({"stages": 5}), registry.Limits.for_arch("sm_90"))
+
+
+@pytest.mark.parametrize("name", ["05_double_buffered", "06_warp_tiled", "07_maxas"])
 def test_every_depth_the_constraints_allow_compiles(name):
     spec = registry.get(name)
     lim = registry.Limits.for_arch("sm_90")

@@ -36,7 +36,7 @@ def test_constraints_name_what_is_broken(cfg, broken):
 def test_pruning_keeps_the_default_and_the_heuristic():
     for shape in [(4096, 4096, 4096, 1), (16, 4096, 4096, 1), (128, 128, 128, 256)]:
         cands = autotune.candidates(*shape, 132, SM90, top=8)
-        assert {**tuning.BIG, "splits": 1} in cands
+        assert {**tuning.BIG, "splits": 1} in cands and {**tuning.HUGE, "splits": 1} in cands
         assert tuning.heuristic(*shape) in cands
 
 
@@ -48,7 +48,8 @@ def test_split_k_only_where_tiles_are_few():
 
 
 def test_heuristic():
-    assert tuning.heuristic(4096, 4096, 4096, 1) == {**tuning.BIG, "splits": 1}
+    assert tuning.heuristic(4096, 4096, 4096, 1) == {**tuning.HUGE, "splits": 1}
+    assert tuning.heuristic(2048, 2048, 2048, 1) == {**tuning.BIG, "splits": 1}  # 128 HUGE tiles: < 2 waves
     h = tuning.heuristic(16, 4096, 4096, 1)
     assert h["splits"] > 1 and h["bm"] == 64
     assert tuning.heuristic(16, 16, 16, 1)["splits"] == 1  # K too short to share

@@ -18,7 +18,7 @@ from .instruments.occupancy import occupancy
 F = registry.FAMILY
 GRID = {
     "bm": (32, 64, 128, 256), "bn": (32, 64, 128, 256), "tm": (4, 8, 16), "tn": (4, 8, 16),
-    "bk": (8, 16, 32), "ln": (4, 8, 16),
+    "bk": (8, 16, 32), "ln": (4, 8, 16), "stages": (0, 2, 3, 4),
 }
 TOLERANCE = 1e-5
 
@@ -27,8 +27,9 @@ def enumerate_configs(limits: registry.Limits) -> list[dict]:
     """Every config of the grid that meets the family's constraints, with its register cap
     (minb) set to the most blocks per SM that the register estimate allows, and to 0 (none)."""
     out = []
-    for bm, bn, tm, tn, bk, ln in itertools.product(*GRID.values()):
-        base = {"bm": bm, "bn": bn, "tm": tm, "tn": tn, "bk": bk, "ln": ln, "swizzle": 8, "splits": 1}
+    for bm, bn, tm, tn, bk, ln, stages in itertools.product(*GRID.values()):
+        base = {"bm": bm, "bn": bn, "tm": tm, "tn": tn, "bk": bk, "ln": ln, "swizzle": 8, "stages": stages,
+                "splits": 1}
         threads = (bm // tm) * (bn // tn) if bm % tm == 0 and bn % tn == 0 else 0
         if not 64 <= threads <= 512:
             continue
@@ -61,7 +62,10 @@ def score(cfg: dict, M: int, N: int, K: int, count: int, sms: int, limits: regis
     tile_eff *= min(1.0, cfg["bm"] * cfg["bn"] / (cfg["bm"] + cfg["bn"]) / 64) ** 0.5
     edge_eff = (M * N) / (-(-M // cfg["bm"]) * cfg["bm"] * -(-N // cfg["bn"]) * cfg["bn"])
     split_cost = 1.0 / (1.0 + 0.05 * (cfg["splits"] > 1) + cfg["splits"] * M * N * 8 / (2.0 * M * N * K) * 30)
-    return wave_eff * tile_eff * edge_eff * split_cost
+    # cp.async stages: +5-8% over the register pipeline at equal tiles on the H100/H200, best at
+    # 3 stages with bk = 8 (docs/perf-notes.md, "cp.async pipeline")
+    pipe = {0: 1.0, 2: 1.05, 3: 1.08, 4: 1.04}.get(cfg.get("stages", 0), 1.0) if cfg["bk"] == 8 else 1.0
+    return wave_eff * tile_eff * edge_eff * split_cost * pipe
 
 
 def candidates(M: int, N: int, K: int, count: int, sms: int, limits: registry.Limits,
@@ -81,7 +85,7 @@ def candidates(M: int, N: int, K: int, count: int, sms: int, limits: registry.Li
         if per_tile.get(key, 0) < 2 and len(chosen) < top:
             per_tile[key] = per_tile.get(key, 0) + 1
             chosen.append(c)
-    for must in (tuning.BIG, tuning.heuristic(M, N, K, count, sms)):  # always measure these
+    for must in (tuning.HUGE, tuning.BIG, tuning.heuristic(M, N, K, count, sms)):  # always measure these
         m = {**must, "splits": must.get("splits", 1)}
         if m not in chosen:
             chosen.append(m)

@@ -254,15 +254,19 @@ _tile128("06_warp_tiled", "4x8 warps, 8x8 split into four 4x4 patches: conflict-
          "002 §5.2", {"bk": 16})
 _tile128("07_maxas", "C staged through shared memory: whole 128-B lines per store",
          "003; 000 (maxas part 9)", {"bk": 16})
-_tile128(
-    "08_hopper", "block swizzle for L2 reuse, tile depth and occupancy chosen by measurement",
-    "beyond the seeds (docs/perf-notes.md)", {"bk": 8, "swizzle": 8, "minb": -1},
-    _c("swizzle >= 0", lambda p, lim: p["swizzle"] >= 0),
-    _c("minb is -1 (per arch), 0 (no request), 1 or 2", lambda p, lim: p["minb"] in (-1, 0, 1, 2)),
-    _c("2 buffers * bk*(128+4)*2 * 4 bytes <= 48 KB static shared memory",
-       lambda p, lim: 2 * p["bk"] * 132 * 2 * 4 <= _STATIC_SMEM),
-    linear_grid=True,
-)
+_register(KernelSpec(
+    name="08_hopper", file="08_hopper.cu",
+    summary="cp.async 3-stage pipeline, 16x8 threads on a 256x128 tile, block swizzle; chosen by measurement",
+    seed="beyond the seeds (docs/perf-notes.md)", defaults={"stages": 3, "swizzle": 8, "ln": 8},
+    block=lambda p: (256, 1, 1), tile=lambda p: (256, 128), vec=True, linear_grid=True,
+    smem=lambda p: p["stages"] * 8 * (260 + 132) * 4,
+    constraints=(
+        _c("stages is 2, 3 or 4", lambda p, lim: p["stages"] in (2, 3, 4)),
+        _c("swizzle >= 0", lambda p, lim: p["swizzle"] >= 0),
+        _c("ln is 2, 4, 8 or 16 (warps of 32/ln x ln threads on a 16 x 16 thread grid)",
+           lambda p, lim: p["ln"] in (2, 4, 8, 16)),
+    ),
+))
 
 
 # --------------------------------------------------------------------------- the production family
@@ -277,15 +281,21 @@ def _tile_loads(rows: int, cols: int, threads: int) -> bool:
     return cols % 4 == 0 and (rows * cols) % (4 * threads) == 0 and threads % (cols // 4) == 0
 
 
+def family_buffers(p) -> int:
+    """Shared-memory tile buffers of gemm.cu: two (stages = 0), else one per stage."""
+    return max(2, p["stages"])
+
+
 def family_smem(p) -> int:
-    """Dynamic shared memory of gemm.cu: two buffers of a BK x (BM+4) and a BK x (BN+4) tile."""
-    return 2 * p["bk"] * (p["bm"] + p["bn"] + 8) * 4
+    """Dynamic shared memory of gemm.cu: per buffer a BK x (BM+4) and a BK x (BN+4) tile."""
+    return family_buffers(p) * p["bk"] * (p["bm"] + p["bn"] + 8) * 4
 
 
 def family_regs_estimate(p) -> int:
-    """Registers a config needs at least (accumulators, two fragment sets, staged tile, ~24 for
-    pointers and indices); the tuner prunes on it before compiling, ptxas has the last word."""
-    staged = (p["bm"] * p["bk"] + p["bk"] * p["bn"]) // _threads(p)
+    """Registers a config needs at least (accumulators, two fragment sets, the tile staged in
+    registers when stages = 0, ~24 for pointers and indices); the tuner prunes on it before
+    compiling, ptxas has the last word."""
+    staged = (p["bm"] * p["bk"] + p["bk"] * p["bn"]) // _threads(p) if p["stages"] == 0 else 0
     return p["tm"] * p["tn"] + 2 * (p["tm"] + p["tn"]) + staged + 24
 
 
@@ -306,7 +316,9 @@ FAMILY_CONSTRAINTS = (
     _c("the bm x bk and bk x bn tiles split into float4 loads, one column per thread, in both layouts",
        lambda p, lim: all(_tile_loads(r, c, _threads(p)) for r, c in
                           ((p["bm"], p["bk"]), (p["bk"], p["bm"]), (p["bk"], p["bn"]), (p["bn"], p["bk"])))),
-    _c("2 * bk * (bm + bn + 8) * 4 bytes <= shared memory per block",
+    _c("stages is 0 (through registers) or 2..8 (cp.async); with cp.async, bk is 4 or a multiple of 8",
+       lambda p, lim: p["stages"] == 0 or (2 <= p["stages"] <= 8 and (p["bk"] == 4 or p["bk"] % 8 == 0))),
+    _c("max(2, stages) * bk * (bm + bn + 8) * 4 bytes <= shared memory per block",
        lambda p, lim: family_smem(p) <= lim.smem_per_block_optin),
     _c("minb >= 0, and minb blocks fit on an SM (threads, shared memory, >= the register estimate)",
        lambda p, lim: p["minb"] >= 0 and p["minb"] * _threads(p) <= lim.max_threads_per_sm
@@ -321,9 +333,9 @@ FAMILY = KernelSpec(
     file="gemm.cu",
     summary="the production family: rung 8 with every tile size a parameter, batches, alpha/beta, split-K",
     seed="beyond the seeds (docs/perf-notes.md)",
-    # the 4096^3 winner of the H200 tuning run that compiles without spills in every layout with
-    # NVRTC 13.0 and 13.5 (rung 8's 8 x 8 threads spill 8 bytes here with NVRTC 13.0)
-    defaults={"bm": 128, "bn": 128, "bk": 8, "tm": 8, "tn": 16, "ln": 4, "minb": 2, "swizzle": 8, "splits": 1},
+    # the best config of the H100/H200 sweeps at 4096^3 and 8192^3 (tuning.HUGE; rung 8's shape)
+    defaults={"bm": 256, "bn": 128, "bk": 8, "tm": 16, "tn": 8, "ln": 2, "minb": 1, "swizzle": 8,
+              "stages": 3, "splits": 1},
     block=lambda p: (_threads(p), 1, 1),
     tile=lambda p: (p["bm"], p["bn"]),
     smem=family_smem,

@@ -27,10 +27,13 @@ from ._version import __version__
 TABLE_DIR = Path(__file__).parent / "tables"
 SCHEMA = 1
 
-# Small-tile configs for shapes with few tiles (the tuner checks them; the heuristic uses them).
-BIG = {"bm": 128, "bn": 128, "bk": 8, "tm": 8, "tn": 16, "ln": 4, "minb": 2, "swizzle": 8}
-MEDIUM = {"bm": 64, "bn": 128, "bk": 16, "tm": 8, "tn": 8, "ln": 8, "minb": 3, "swizzle": 8}
-SMALL = {"bm": 64, "bn": 64, "bk": 16, "tm": 4, "tn": 4, "ln": 8, "minb": 4, "swizzle": 8}
+# Configs by tile size, largest first (the tuner always times them; the heuristic picks from them).
+# HUGE and BIG: cp.async with 3 stages and 16 x 8 threads, the best of the H100/H200 sweeps
+# (docs/perf-notes.md, "cp.async pipeline"); HUGE runs one block per SM, so it wants >= 2 waves.
+HUGE = {"bm": 256, "bn": 128, "bk": 8, "tm": 16, "tn": 8, "ln": 2, "minb": 1, "swizzle": 8, "stages": 3}
+BIG = {"bm": 128, "bn": 128, "bk": 8, "tm": 16, "tn": 8, "ln": 8, "minb": 2, "swizzle": 8, "stages": 3}
+MEDIUM = {"bm": 64, "bn": 128, "bk": 16, "tm": 8, "tn": 8, "ln": 8, "minb": 3, "swizzle": 8, "stages": 0}
+SMALL = {"bm": 64, "bn": 64, "bk": 16, "tm": 4, "tn": 4, "ln": 8, "minb": 4, "swizzle": 8, "stages": 0}
 
 
 def bucket(M: int, N: int, K: int, count: int) -> tuple:
@@ -45,6 +48,8 @@ def _blocks(cfg, M, N, count) -> int:
 def heuristic(M: int, N: int, K: int, count: int, sms: int = 132) -> dict:
     """A sound config for any GPU: the largest tile that still gives every SM work, then split-K
     when even the small tile leaves SMs idle and K is long enough to share."""
+    if _blocks(HUGE, M, N, count) >= 2 * sms:
+        return {**HUGE, "splits": 1}
     for cfg in (BIG, MEDIUM, SMALL):
         if _blocks(cfg, M, N, count) >= sms:
             return {**cfg, "splits": 1}

@@ -178,8 +178,8 @@ def test_rung5_seed001_configs(cp, cfg):
         assert err < TOL, (cfg, (M, N, K), layout, err)
 
 
-@pytest.mark.parametrize("config", [{"swizzle": 0}, {"swizzle": 4}, {"swizzle": 16}, {"bk": 16, "minb": 0},
-                                    {"minb": 0}, {"bk": 16, "minb": 1}])
+@pytest.mark.parametrize("config", [{"swizzle": 0}, {"swizzle": 4}, {"swizzle": 16}, {"stages": 2},
+                                    {"stages": 4}, {"ln": 4}, {"ln": 16}])
 def test_rung8_variants(cp, config):
     rng = np.random.default_rng()
     for i, (M, N, K) in enumerate(ODD + [(1030, 2050, 300)]):

@@ -24,8 +24,13 @@ CONFIGS = [
     {**tuning.BIG, "splits": 3},
     {**tuning.SMALL, "splits": 1},
     {**tuning.MEDIUM, "splits": 2},
-    {"bm": 128, "bn": 256, "bk": 8, "tm": 8, "tn": 16, "ln": 4, "minb": 1, "swizzle": 8, "splits": 1},
+    {"bm": 128, "bn": 256, "bk": 8, "tm": 8, "tn": 16, "ln": 4, "minb": 1, "swizzle": 8, "stages": 0, "splits": 1},
     {"bm": 32, "bn": 64, "bk": 16, "tm": 4, "tn": 8, "ln": 8, "minb": 0, "swizzle": 0, "splits": 4},
+    # cp.async pipelines (stages >= 2): partial first tile, clamped edges, predicated copies
+    {**tuning.HUGE, "splits": 2},
+    {"bm": 256, "bn": 128, "bk": 8, "tm": 8, "tn": 16, "ln": 4, "minb": 1, "swizzle": 8, "stages": 3, "splits": 1},
+    {"bm": 64, "bn": 64, "bk": 16, "tm": 4, "tn": 4, "ln": 8, "minb": 4, "swizzle": 0, "stages": 2, "splits": 1},
+    {"bm": 32, "bn": 64, "bk": 8, "tm": 4, "tn": 8, "ln": 8, "minb": 0, "swizzle": 4, "stages": 4, "splits": 3},
 ]
 
 

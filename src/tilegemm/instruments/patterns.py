@@ -8,8 +8,10 @@ same bank behaviour and are declared once with their count.  ``predict`` runs th
 over every warp of a block and adds up the wavefronts for a whole launch, the figure Nsight
 Compute reports (l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld/st.sum).
 
-The declarations mirror the ``.cu`` files; a CPU test checks them against the SASS (the LDS/STS
-widths and per-tile counts of the main loop).
+The declarations mirror the ``.cu`` files; a CPU test checks them against the SASS (the LDS/STS/
+LDGSTS widths and per-tile counts of the main loop).  cp.async copies (LDGSTS) write shared memory
+as stores do and are simulated as such, but kept apart ("cp") from the LDS/STS totals that ncu's
+load and store counters report.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ W = 4  # bytes per float
 @dataclass(frozen=True)
 class Access:
     name: str
-    op: str  # "ld" or "st"
+    op: str  # "ld" (LDS), "st" (STS) or "cp" (LDGSTS: cp.async writing shared memory)
     width: int  # bytes per lane: 4, 8, 16
     addr: Callable[[int], int]  # thread index -> byte address (block-relative)
     count: Callable[[int], int]  # K -> times each thread issues it in one block
@@ -61,6 +63,33 @@ def _operand_stores(layout: str, bm: int, bn: int, bk: int, threads: int, lda_s:
          else _gtile_store("A", bm, bk, threads, True, lda_s, 0, bk))
     b = (_gtile_store("B", bn, bk, threads, True, ldb_s, b_base, bk) if tb
          else _gtile_store("B", bk, bn, threads, False, ldb_s, b_base, bk))
+    return [a, b]
+
+
+def _async_copy(name: str, rows: int, cols: int, threads: int, transposed: bool, vec: int, ld: int,
+                base: int, bk: int) -> Access:
+    """tg_async.cuh AsyncTile: copy i of thread t lands at s[r][c] (or, transposed, s[c][r]);
+    declared for copy 0 (the others add a constant to every lane).  Per tile of depth bk."""
+    v = 1 if transposed else vec
+    per = rows * cols // (v * threads)
+    tiles = _tiles(bk)
+    if transposed:
+        g = min(8, cols)
+        addr = lambda t: W * (base + (t % g + g * (t // g // rows)) * ld + (t // g) % rows)
+        return Access(f"{name} copy (transposed, LDGSTS.32)", "cp", 4, addr, lambda K: per * tiles(K))
+    w = cols // v
+    addr = lambda t: W * (base + (t // w) * ld + (t % w) * v)
+    return Access(f"{name} copy (LDGSTS.{32 * v})", "cp", 4 * v, addr, lambda K: per * tiles(K))
+
+
+def _async_copies(layout: str, bm: int, bn: int, bk: int, threads: int, lda_s: int, ldb_s: int,
+                  b_base: int, vec: int = 4) -> list[Access]:
+    """The A tile (As[k][m]) and B tile (Bs[k][n]) copied by cp.async, in any layout."""
+    ta, tb = layout[0] == "T", layout[1] == "T"
+    a = (_async_copy("A", bk, bm, threads, False, vec, lda_s, 0, bk) if ta
+         else _async_copy("A", bm, bk, threads, True, vec, lda_s, 0, bk))
+    b = (_async_copy("B", bn, bk, threads, True, vec, ldb_s, b_base, bk) if tb
+         else _async_copy("B", bk, bn, threads, False, vec, ldb_s, b_base, bk))
     return [a, b]
 
 
@@ -123,15 +152,17 @@ def _rung5(p, layout):
     return _seed_map(p["bm"], p["bn"], p["bk"], p["rm"], p["rn"], layout, threads)
 
 
-def _warp_map(bm, bn, bk, tm, tn, ln, layout, staged):
-    """Rungs 6-8 and the family: warps of (32/ln) x ln threads, 4 x 4 patches, rows padded by 4."""
+def _warp_map(bm, bn, bk, tm, tn, ln, layout, staged, stages=0):
+    """Rungs 6-8 and the family: warps of (32/ln) x ln threads, 4 x 4 patches, rows padded by 4;
+    tiles through registers (stages = 0, two buffers) or copied by cp.async (stages buffers)."""
     rows_t, cols_t = bm // tm, bn // tn
     threads, lm, warps_n = rows_t * cols_t, 32 // ln, cols_t // ln
     tr = lambda t: (t // 32 // warps_n) * lm + t % 32 // ln
     tc = lambda t: (t // 32 % warps_n) * ln + t % 32 % ln
     lda_s, ldb_s = bm + 4, bn + 4
-    b_base = 2 * bk * lda_s
-    acc = _operand_stores(layout, bm, bn, bk, threads, lda_s, ldb_s, b_base) + _fragments(
+    b_base = max(2, stages) * bk * lda_s
+    fill = _async_copies if stages else _operand_stores
+    acc = fill(layout, bm, bn, bk, threads, lda_s, ldb_s, b_base) + _fragments(
         lambda t: tr(t) * 4, lambda t: tc(t) * 4, tm // 4, tn // 4, b_base)
     return acc + (_staging() if staged else [])
 
@@ -140,18 +171,22 @@ def _rung6(p, layout):
     return _warp_map(128, 128, p["bk"], 8, 8, 8, layout, False)
 
 
-def _rungs7_8(p, layout):  # rung 6's map plus the C staging of the epilogue
+def _rung7(p, layout):  # rung 6's map plus the C staging of the epilogue
     return _warp_map(128, 128, p["bk"], 8, 8, 8, layout, True)
 
 
+def _rung8(p, layout):  # 256 x 128 tile, 16 x 8 threads, cp.async stages
+    return _warp_map(256, 128, 8, 16, 8, p["ln"], layout, False, p["stages"])
+
+
 def _family(p, layout):
-    return _warp_map(p["bm"], p["bn"], p["bk"], p["tm"], p["tn"], p["ln"], layout, False)
+    return _warp_map(p["bm"], p["bn"], p["bk"], p["tm"], p["tn"], p["ln"], layout, False, p["stages"])
 
 
 DECLARED = {
     "02_smem_tiled": _rung2, "03_register_blocked": _rung3, "04_vectorized": _rung4,
-    "05_double_buffered": _rung5, "06_warp_tiled": _rung6, "07_maxas": _rungs7_8,
-    "08_hopper": _rungs7_8, "gemm": _family,
+    "05_double_buffered": _rung5, "06_warp_tiled": _rung6, "07_maxas": _rung7,
+    "08_hopper": _rung8, "gemm": _family,
 }
 
 
@@ -181,7 +216,7 @@ def predict(name: str, params: dict | None = None, K: int = 1024, layout: str = 
     out = []
     for a in accesses(name, p, layout):
         n = a.count(K)
-        preds = [banks.predict(a.warp_addrs(w), a.width, model, a.op == "st") for w in range(warps)]
+        preds = [banks.predict(a.warp_addrs(w), a.width, model, a.op != "ld") for w in range(warps)]
         waves = sum(x.wavefronts for x in preds) * n
         ideal = sum(x.ideal for x in preds) * n
         out.append(AccessPrediction(a, warps * n, waves, ideal, waves / max(1, warps * n)))
@@ -195,7 +230,7 @@ def launch_totals(name: str, M: int, N: int, K: int, params: dict | None = None,
     p = spec.params(params)
     bm, bn = spec.tile(p)
     blocks = math.ceil(M / bm) * math.ceil(N / bn)
-    tot = {f"{op}_{k}": 0 for op in ("ld", "st") for k in ("requests", "wavefronts", "ideal")}
+    tot = {f"{op}_{k}": 0 for op in ("ld", "st", "cp") for k in ("requests", "wavefronts", "ideal")}
     for x in predict(name, p, K, layout, model):
         tot[f"{x.access.op}_requests"] += x.requests * blocks
         tot[f"{x.access.op}_wavefronts"] += x.wavefronts * blocks

@@ -94,7 +94,9 @@ class Instr:
 
 
 def parse(listing: str) -> tuple[list[Instr], dict[str, int]]:
-    """Instructions in program order, and each label's address (that of the next instruction)."""
+    """Instructions in program order, and each label's address (that of the next instruction).
+    Instructions guarded by ``@!PT`` never execute (ptxas places them, e.g. ``@!PT LDS RZ, [RZ]``
+    beside LDGSTS) and are left out."""
     out, labels, pending = [], {}, []
     for line in listing.splitlines():
         m = _LABEL.match(line)
@@ -108,8 +110,11 @@ def parse(listing: str) -> tuple[list[Instr], dict[str, int]]:
         for name in pending:
             labels[name] = addr
         pending = []
+        pred = (m.group(2) or "").strip()
+        if pred == "@!PT":
+            continue
         ops = tuple(o.strip() for o in m.group(4).split(",") if o.strip())
-        out.append(Instr(addr, (m.group(2) or "").strip(), m.group(3), ops))
+        out.append(Instr(addr, pred, m.group(3), ops))
     return out, labels
 
 

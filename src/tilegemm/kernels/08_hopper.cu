@@ -1,64 +1,70 @@
 // Rung 8 - 08_hopper: what the H100 needs beyond the seeds, each choice measured (docs/perf-notes.md).
 //
 // Changed from rung 7:
-// - Block swizzle (-D SWIZZLE=G, 0 = off): blocks are numbered down groups of G block-rows before
-//   moving right, so the blocks resident at one time share A rows and B columns in the 50 MB L2
-//   instead of streaming a whole row of B tiles each.  The grid is 1-D; the map is below.
-// - Tile depth (-D BK=8 or 16): rung 7 runs BK = 16 at one block per SM (175 registers); here two
-//   blocks per SM under a 128-register cap, where BK = 16 spills, so BK = 8 (measured: 2 blocks at
-//   BK = 8 beat 1 block at BK = 16 by 3%).
-// - Occupancy (-D MINB): blocks per SM requested from ptxas via __launch_bounds__ (0: no request;
-//   -1, the default: 2 on sm_90, where ptxas otherwise takes 173 registers and one block per SM,
-//   and none before sm_90, where the 128-register cap made ptxas spill).
-// Kept from rung 7: 256 threads, 128 x 128 tile, 4 x 8 warps with 4 x 4 patches, double buffering,
-// C staged through shared memory, zero-filled predicated edge loads.
-// Edges: unchecked interior path; any M, N, K >= 1.
-#include "tg_tiles.cuh"
+// - cp.async pipeline (-D STAGES=3): tiles go global -> shared by LDGSTS, with STAGES-1 tiles in
+//   flight while one is read.  No staging registers and no STS; the A tile is transposed on the
+//   way in by 4-byte copies, the B tile goes by 16-byte copies (tg_async.cuh).  The first tile is
+//   the partial one and m/n edges are clamped, so the K loop has no branch and no edge code.
+// - A larger thread tile: 16 x 8 outputs per thread (four 4 x 4 patches), 256 threads on a 256 x
+//   128 block tile, one block per SM (about 240 registers).  Per k step a thread reads 16 + 8
+//   values for 128 FFMAs instead of 8 + 8 for 64.
+// - Warps of (32/LN) x LN threads (-D LN=8: 4 x 8), chosen by measurement among 2, 4, 8.
+// - Block swizzle (-D SWIZZLE=G, 0 = off): blocks are numbered down groups of G block-rows, so the
+//   blocks resident together share A rows and B columns in L2.
+// - Epilogue: scalar stores straight from the accumulators (see the note there); rung 7's staging
+//   through shared memory is not carried over (the epilogue is <1% of the time at 4096^3).
+// Kept: 4 x 4 patches so fragment reads are LDS.128, rows padded by 4 words, BK = 8.
+// Constraints: STAGES is 2, 3 or 4 (dynamic shared memory: STAGES * 8 * (260 + 132) * 4 bytes).
+// Edges: any M, N, K >= 1 (zero-filled first tile, clamped m/n, checked stores).
+#include "tg_async.cuh"
 
-#define BM 128
+#define BM 256
 #define BN 128
-#ifndef BK
 #define BK 8
+#define TM 16
+#define TN 8
+#define NT 256
+#ifndef STAGES
+#define STAGES 3
 #endif
 #ifndef SWIZZLE
 #define SWIZZLE 8
 #endif
-#ifndef MINB
-#define MINB -1
+#ifndef LN
+#define LN 8
 #endif
-static_assert(BK == 8 || BK == 16, "BK is 8 or 16");
-#define NT 256
-#define PAD 4
-#define LDA_S (BM + PAD)
-#define LDB_S (BN + PAD)
+#define LM (32 / LN)
+#define ROWS_T (BM / TM)  // 16 threads along M
+#define COLS_T (BN / TN)  // 16 threads along N
+#define WARPS_N (COLS_T / LN)
+#define LDA_S (BM + 4)
+#define LDB_S (BN + 4)
+static_assert(STAGES >= 2 && STAGES <= 4, "STAGES is 2, 3 or 4");
+static_assert(32 % LN == 0 && COLS_T % LN == 0 && ROWS_T % LM == 0, "warps tile the block");
 
-// the 8 values a thread needs from one k-row of a tile: two float4, 64 floats apart
-__device__ __forceinline__ void frag8(float *r, const float *row, int off) {
-    *reinterpret_cast<float4 *>(r) = *reinterpret_cast<const float4 *>(row + off);
-    *reinterpret_cast<float4 *>(r + 4) = *reinterpret_cast<const float4 *>(row + off + 64);
+// the 4*P values a thread needs from one k-row of a tile: P float4s, STRIDE floats apart
+template <int P, int STRIDE>
+__device__ __forceinline__ void frag(float *r, const float *row) {
+#pragma unroll
+    for (int p = 0; p < P; ++p)
+        *reinterpret_cast<float4 *>(r + 4 * p) = *reinterpret_cast<const float4 *>(row + p * STRIDE);
 }
 
-// acc += a * b^T (an outer product: the K loop as maxas runs it, seed 003)
-__device__ __forceinline__ void outer8(float (*acc)[8], const float *a, const float *b) {
+__device__ __forceinline__ void outer(float (*acc)[TN], const float *a, const float *b) {
 #pragma unroll
-    for (int i = 0; i < 8; ++i)
+    for (int i = 0; i < TM; ++i)
 #pragma unroll
-        for (int j = 0; j < 8; ++j) acc[i][j] += a[i] * b[j];
+        for (int j = 0; j < TN; ++j) acc[i][j] += a[i] * b[j];
 }
 
-#if MINB > 0
-#define TG_BOUNDS __launch_bounds__(NT, MINB)
-#elif MINB < 0 && __CUDA_ARCH__ >= 900  // auto: two blocks per SM on Hopper
-#define TG_BOUNDS __launch_bounds__(NT, 2)
-#else
-#define TG_BOUNDS __launch_bounds__(NT)
-#endif
-extern "C" __global__ void TG_BOUNDS tilegemm_kernel(TG_GEMM_PARAMS) {
-    __shared__ __align__(16) float As[2][BK][LDA_S];
-    __shared__ __align__(16) float Bs[2][BK][LDB_S];
+extern "C" __global__ void __launch_bounds__(NT, 1) tilegemm_kernel(TG_GEMM_PARAMS) {
+    extern __shared__ __align__(16) float smem[];
+    constexpr int SA = BK * LDA_S, SB = BK * LDB_S;  // floats per stage
+    float *As = smem;                // [STAGES][BK][LDA_S]
+    float *Bs = smem + STAGES * SA;  // [STAGES][BK][LDB_S]
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-    const int tr = (warp / 2) * 4 + lane / 8;  // thread row 0..15: a warp is 4 rows...
-    const int tc = (warp % 2) * 8 + lane % 8;  // ...by 8 columns of threads
+    const int tr = (warp / WARPS_N) * LM + lane / LN;  // thread row 0..15
+    const int tc = (warp % WARPS_N) * LN + lane % LN;  // thread column 0..15
     // 1-D grid -> (block row, block column), SWIZZLE block rows at a time
     const int grid_m = (M + BM - 1) / BM, grid_n = (N + BN - 1) / BN;
     int bm = blockIdx.x / grid_n, bn = blockIdx.x % grid_n;
@@ -69,70 +75,61 @@ extern "C" __global__ void TG_BOUNDS tilegemm_kernel(TG_GEMM_PARAMS) {
         bn = in_group / rows;
     }
     const int m0 = bm * BM, n0 = bn * BN;
-    const bool interior = m0 + BM <= M && n0 + BN <= N;
+    float acc[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
+    const int ao = tr * 4, bo = tc * 4;  // a thread's first column in the As / Bs rows
 
-    ATile<BM, BK, NT> ta;
-    BTile<BK, BN, NT> tb;
-    ta.start(A, lda, m0, tid);
-    tb.start(B, ldb, n0, tid);
-    float acc[8][8] = {};
-    float a[2][8], b[2][8];
-
-    if (interior && BK <= K) { ta.load<false>(lda, m0, 0, M, K, tid); tb.load<false>(ldb, 0, n0, K, N, tid); }
-    else                     { ta.load<true>(lda, m0, 0, M, K, tid);  tb.load<true>(ldb, 0, n0, K, N, tid); }
-    ta.store<LDA_S>(&As[0][0][0], tid);
-    tb.store<LDB_S>(&Bs[0][0][0], tid);
+    // prologue: tiles 0 .. STAGES-2 in flight (tile 0 is the partial one)
+    const int T = (K + BK - 1) / BK;
+    AsyncOperands<BM, BN, BK, NT, LDA_S, LDB_S> g;
+    g.init(A, lda, B, ldb, M, N, K, m0, n0, K - T * BK, tid);
+    g.copy<true>(As, Bs, true, lda, ldb, tid);
+#pragma unroll
+    for (int s = 1; s < STAGES - 1; ++s) g.copy<false>(As + s * SA, Bs + s * SB, s < T, lda, ldb, tid);
+    tg_cp_wait<STAGES - 2>();
     __syncthreads();
-    frag8(a[0], As[0][0], tr * 4);
-    frag8(b[0], Bs[0][0], tc * 4);
+    float a[2][TM], b[2][TN];
+    frag<TM / 4, ROWS_T * 4>(a[0], As + ao);
+    frag<TN / 4, COLS_T * 4>(b[0], Bs + bo);
 
-    int buf = 0;
-    for (int k0 = 0; k0 < K; k0 += BK) {
-        const int next = k0 + BK;
-        const bool more = next < K;
-        if (more) {  // prefetch tile t+1 into registers
-            ta.next(lda);
-            tb.next(ldb);
-            if (interior && next + BK <= K) { ta.load<false>(lda, m0, next, M, K, tid); tb.load<false>(ldb, next, n0, K, N, tid); }
-            else                            { ta.load<true>(lda, m0, next, M, K, tid);  tb.load<true>(ldb, next, n0, K, N, tid); }
-        }
+    int rd = 0, wr = STAGES - 1;  // the stage read now (tile t), the stage filled now (t+STAGES-1)
+    for (int t = 0; t < T; ++t) {
+        // the stage of tile t-1: every thread finished reading it before the last barrier
+        g.copy<false>(As + wr * SA, Bs + wr * SB, t + STAGES - 1 < T, lda, ldb, tid);
+        const float *as = As + rd * SA, *bs = Bs + rd * SB;
 #pragma unroll
-        for (int k = 0; k < BK - 1; ++k) {
-            frag8(a[(k + 1) % 2], As[buf][k + 1], tr * 4);
-            frag8(b[(k + 1) % 2], Bs[buf][k + 1], tc * 4);
-            outer8(acc, a[k % 2], b[k % 2]);
+        for (int k = 0; k < BK - 1; ++k) {  // fragment k+1 from shared memory while k is used
+            frag<TM / 4, ROWS_T * 4>(a[(k + 1) % 2], as + (k + 1) * LDA_S + ao);
+            frag<TN / 4, COLS_T * 4>(b[(k + 1) % 2], bs + (k + 1) * LDB_S + bo);
+            outer(acc, a[k % 2], b[k % 2]);
         }
-        if (more) {
-            ta.store<LDA_S>(&As[buf ^ 1][0][0], tid);
-            tb.store<LDB_S>(&Bs[buf ^ 1][0][0], tid);
-            __syncthreads();
-            buf ^= 1;
-            frag8(a[BK % 2], As[buf][0], tr * 4);
-            frag8(b[BK % 2], Bs[buf][0], tc * 4);
-        }
-        outer8(acc, a[(BK - 1) % 2], b[(BK - 1) % 2]);
+        tg_cp_wait<STAGES - 2>();  // this thread's copies of tile t+1 have landed...
+        __syncthreads();           // ...and everyone's; everyone is done reading tile t
+        wr = rd;
+        rd = rd + 1 == STAGES ? 0 : rd + 1;
+        frag<TM / 4, ROWS_T * 4>(a[BK % 2], As + rd * SA + ao);
+        frag<TN / 4, COLS_T * 4>(b[BK % 2], Bs + rd * SB + bo);
+        outer(acc, a[(BK - 1) % 2], b[(BK - 1) % 2]);
     }
-    // Epilogue through shared memory.  acc[i][j] belongs to row (i/4)*64 + tr*4 + i%4 and column
-    // (j/4)*64 + tc*4 + j%4.  For each i the warp's 32 threads hold 4 rows x 64 columns.
-    __syncthreads();  // the tile buffers are free: reuse As as 8 warp buffers of 4 x 64 floats
-    float *stage = &As[0][0][0] + warp * 256;
-    const int wm = warp / 2, wn = warp % 2;
+    tg_cp_wait<0>();
+
+    // acc[i][j] is row (i/4)*64 + tr*4 + i%4, column (j/4)*64 + tc*4 + j%4.  Stored one float at a
+    // time: an STG.128 needs its four values in four consecutive registers, and that constraint
+    // on the accumulators made ptxas give 947 of the 1024 FFMAs two sources in one register bank
+    // (170 this way).  On the H100 a version with 303 such FFMAs ran at 44.0 TFLOPS, this one at
+    // 48.9-49.4 (docs/perf-notes.md).  Eight lanes still write 32 contiguous floats of a row.
+    const bool interior = m0 + BM <= M && n0 + BN <= N;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
+    for (int i = 0; i < TM; ++i) {
+        const int m = m0 + (i / 4) * ROWS_T * 4 + tr * 4 + i % 4;
+        float *row = C + (tg_idx)m * ldc;
 #pragma unroll
-        for (int h = 0; h < 2; ++h)  // row lane/8, columns h*32 + (lane%8)*4: 128 B per quarter-warp
-            *reinterpret_cast<float4 *>(&stage[(lane / 8) * 64 + h * 32 + (lane % 8) * 4]) =
-                make_float4(acc[i][4 * h], acc[i][4 * h + 1], acc[i][4 * h + 2], acc[i][4 * h + 3]);
-        __syncwarp();
-#pragma unroll
-        for (int s = 0; s < 2; ++s) {  // 16 lanes per staged row: 2 rows per STG.128
-            const int r = s * 2 + lane / 16, c = (lane % 16) * 4;
-            const float4 v = *reinterpret_cast<const float4 *>(&stage[r * 64 + c]);
-            const int m = m0 + (i / 4) * 64 + (wm * 4 + r) * 4 + i % 4;
-            const int n = n0 + (c / 32) * 64 + wn * 32 + c % 32;
-            if (interior) tg_store4<false>(C, ldc, m, n, M, N, v);
-            else          tg_store4<true>(C, ldc, m, n, M, N, v);
+        for (int j = 0; j < TN; ++j) {
+            const int n = n0 + (j / 4) * COLS_T * 4 + tc * 4 + j % 4;
+            if (interior || (m < M && n < N)) row[n] = acc[i][j];
         }
-        __syncwarp();
     }
 }

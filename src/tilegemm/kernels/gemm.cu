@@ -12,12 +12,16 @@
 //   LN         lanes of a warp along N (the warp is 32/LN x LN threads)
 //   MINB       blocks per SM asked of ptxas (__launch_bounds__); 0: no request
 //   SWIZZLE    block rows per group of the 1-D block order (L2 reuse, rung 8); 0/1: off
+//   STAGES     0: tiles pass through registers into two shared buffers (rung 8's pipeline);
+//              >= 2: STAGES shared buffers filled by cp.async, STAGES - 1 tiles in flight while
+//              one is read, no staging registers and no branch in the K loop (tg_async.cuh)
 //   TG_VEC, TG_TRANS_A, TG_TRANS_B: as in every rung (tg_common.cuh, tg_tiles.cuh)
 // Grid: x = block tiles of one product (swizzled), z = batch * splits.  Split s of batch b sums k in
 // [s * k_split, min(K, (s + 1) * k_split)) and writes its own D[z]; the host then adds the splits
 // (splitk_reduce.cu), so results stay deterministic.
 // Edges: unchecked interior path, zero-filled predicated loads and checked stores at the edges.
 #include "tg_tiles.cuh"
+#include "tg_async.cuh"
 
 #ifndef BM
 #define BM 128
@@ -43,6 +47,9 @@
 #ifndef SWIZZLE
 #define SWIZZLE 8
 #endif
+#ifndef STAGES
+#define STAGES 0
+#endif
 
 #define ROWS_T (BM / TM)            // threads along M
 #define COLS_T (BN / TN)            // threads along N
@@ -57,6 +64,7 @@ static_assert(BM % TM == 0 && BN % TN == 0, "the thread tile divides the block t
 static_assert(32 % LN == 0 && COLS_T % LN == 0 && ROWS_T % LM == 0, "warps tile the block");
 static_assert(NT % 32 == 0 && NT <= 1024, "whole warps, at most 1024 threads");
 static_assert(BK % 4 == 0, "BK is a multiple of 4 (float4 loads along k)");
+static_assert(STAGES == 0 || (STAGES >= 2 && STAGES <= 8), "STAGES is 0 or 2..8");
 
 #if MINB > 0
 #define TG_BOUNDS __launch_bounds__(NT, MINB)
@@ -117,47 +125,18 @@ __device__ __forceinline__ void epilogue(float (*acc)[TN], float *D, tg_idx ldd,
     }
 }
 
-extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
-    int M, int N, int K, const float *__restrict__ A, long long lda, long long sA,
-    const float *__restrict__ B, long long ldb, long long sB, const float *C, long long ldc,
-    long long sC, float *D, long long ldd, long long sD, float alpha, float beta, int k_split,
-    int splits) {
-    extern __shared__ __align__(16) float smem[];
+// The K loop of rung 8 (STAGES == 0): tile t+1 is loaded into registers while tile t is read from
+// one of two shared buffers, then stored to the other; one barrier per tile.
+__device__ __forceinline__ void k_loop_registers(float (*acc)[TN], float *smem, const float *A, tg_idx lda,
+                                                 const float *B, tg_idx ldb, int M, int N, int K, int m0,
+                                                 int n0, bool interior, int tid, int ao, int bo) {
     float *As = smem;                      // [2][BK][LDA_S]
     float *Bs = smem + 2 * BK * LDA_S;     // [2][BK][LDB_S]
-    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-    const int tr = (warp / WARPS_N) * LM + lane / LN;  // 0 .. ROWS_T-1
-    const int tc = (warp % WARPS_N) * LN + lane % LN;  // 0 .. COLS_T-1
-
-    // which product, which k range (C and D are offset after the main loop: fewer live registers)
-    const int k0 = (blockIdx.z % splits) * k_split;
-    K = min(K - k0, k_split);
-    A += (blockIdx.z / splits) * sA + tg_a_off(0, k0, lda);
-    B += (blockIdx.z / splits) * sB + tg_b_off(k0, 0, ldb);
-
-    // 1-D grid -> (block row, block column), SWIZZLE block rows at a time (rung 8)
-    const int grid_m = (M + BM - 1) / BM, grid_n = (N + BN - 1) / BN;
-    int bm = blockIdx.x / grid_n, bn = blockIdx.x % grid_n;
-    if (SWIZZLE > 1) {
-        const int per_group = SWIZZLE * grid_n, first = (blockIdx.x / per_group) * SWIZZLE;
-        const int rows = min(grid_m - first, SWIZZLE), in_group = blockIdx.x % per_group;
-        bm = first + in_group % rows;
-        bn = in_group / rows;
-    }
-    const int m0 = bm * BM, n0 = bn * BN;
-    const bool interior = m0 + BM <= M && n0 + BN <= N;
-
     ATile<BM, BK, NT> ta;
     BTile<BK, BN, NT> tb;
     ta.start(A, lda, m0, tid);
     tb.start(B, ldb, n0, tid);
-    float acc[TM][TN];
-#pragma unroll
-    for (int i = 0; i < TM; ++i)
-#pragma unroll
-        for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
     float a[2][TM], b[2][TN];
-    const int ao = tr * 4, bo = tc * 4;  // a thread's first column in the As / Bs rows
 
     if (interior && BK <= K) { ta.load<false>(lda, m0, 0, M, K, tid); tb.load<false>(ldb, 0, n0, K, N, tid); }
     else                     { ta.load<true>(lda, m0, 0, M, K, tid);  tb.load<true>(ldb, 0, n0, K, N, tid); }
@@ -194,6 +173,89 @@ extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
         }
         outer(acc, a[(BK - 1) % 2], b[(BK - 1) % 2]);
     }
+}
+
+// The K loop with cp.async (STAGES >= 2): tiles t+1 .. t+STAGES-1 are in flight while tile t is
+// read; the copy of tile t+STAGES-1 goes into the stage tile t-1 used, which every thread finished
+// reading before the last barrier.  One barrier per tile; the first tile is the partial one, so the
+// loop itself has no edge code (tg_async.cuh).
+__device__ __forceinline__ void k_loop_async(float (*acc)[TN], float *smem, const float *A, tg_idx lda,
+                                             const float *B, tg_idx ldb, int M, int N, int K, int m0,
+                                             int n0, int tid, int ao, int bo) {
+#if STAGES >= 2
+    constexpr int SA = BK * LDA_S, SB = BK * LDB_S;  // floats per stage
+    float *As = smem;                  // [STAGES][BK][LDA_S]
+    float *Bs = smem + STAGES * SA;    // [STAGES][BK][LDB_S]
+    const int T = (K + BK - 1) / BK;   // tiles; the first holds k in [K - T*BK, K - (T-1)*BK)
+    AsyncOperands<BM, BN, BK, NT, LDA_S, LDB_S> g;
+    g.init(A, lda, B, ldb, M, N, K, m0, n0, K - T * BK, tid);
+    g.template copy<true>(As, Bs, true, lda, ldb, tid);
+#pragma unroll
+    for (int s = 1; s < STAGES - 1; ++s) g.template copy<false>(As + s * SA, Bs + s * SB, s < T, lda, ldb, tid);
+    tg_cp_wait<STAGES - 2>();
+    __syncthreads();
+    float a[2][TM], b[2][TN];
+    frag<TM / 4, ROWS_T * 4>(a[0], As + ao);
+    frag<TN / 4, COLS_T * 4>(b[0], Bs + bo);
+
+    int rd = 0, wr = STAGES - 1;  // the stage read now (tile t), the stage filled now (t+STAGES-1)
+    for (int t = 0; t < T; ++t) {
+        g.template copy<false>(As + wr * SA, Bs + wr * SB, t + STAGES - 1 < T, lda, ldb, tid);
+        const float *as = As + rd * SA, *bs = Bs + rd * SB;
+#pragma unroll
+        for (int k = 0; k < BK - 1; ++k) {
+            frag<TM / 4, ROWS_T * 4>(a[(k + 1) % 2], as + (k + 1) * LDA_S + ao);
+            frag<TN / 4, COLS_T * 4>(b[(k + 1) % 2], bs + (k + 1) * LDB_S + bo);
+            outer(acc, a[k % 2], b[k % 2]);
+        }
+        tg_cp_wait<STAGES - 2>();  // this thread's copies of tile t+1 have landed...
+        __syncthreads();           // ...and everyone's; everyone is done reading tile t
+        wr = rd;
+        rd = rd + 1 == STAGES ? 0 : rd + 1;
+        frag<TM / 4, ROWS_T * 4>(a[BK % 2], As + rd * SA + ao);
+        frag<TN / 4, COLS_T * 4>(b[BK % 2], Bs + rd * SB + bo);
+        outer(acc, a[(BK - 1) % 2], b[(BK - 1) % 2]);
+    }
+    tg_cp_wait<0>();
+#endif
+}
+
+extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
+    int M, int N, int K, const float *__restrict__ A, long long lda, long long sA,
+    const float *__restrict__ B, long long ldb, long long sB, const float *C, long long ldc,
+    long long sC, float *D, long long ldd, long long sD, float alpha, float beta, int k_split,
+    int splits) {
+    extern __shared__ __align__(16) float smem[];
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int tr = (warp / WARPS_N) * LM + lane / LN;  // 0 .. ROWS_T-1
+    const int tc = (warp % WARPS_N) * LN + lane % LN;  // 0 .. COLS_T-1
+
+    // which product, which k range (C and D are offset after the main loop: fewer live registers)
+    const int k0 = (blockIdx.z % splits) * k_split;
+    K = min(K - k0, k_split);
+    A += (blockIdx.z / splits) * sA + tg_a_off(0, k0, lda);
+    B += (blockIdx.z / splits) * sB + tg_b_off(k0, 0, ldb);
+
+    // 1-D grid -> (block row, block column), SWIZZLE block rows at a time (rung 8)
+    const int grid_m = (M + BM - 1) / BM, grid_n = (N + BN - 1) / BN;
+    int bm = blockIdx.x / grid_n, bn = blockIdx.x % grid_n;
+    if (SWIZZLE > 1) {
+        const int per_group = SWIZZLE * grid_n, first = (blockIdx.x / per_group) * SWIZZLE;
+        const int rows = min(grid_m - first, SWIZZLE), in_group = blockIdx.x % per_group;
+        bm = first + in_group % rows;
+        bn = in_group / rows;
+    }
+    const int m0 = bm * BM, n0 = bn * BN;
+    const bool interior = m0 + BM <= M && n0 + BN <= N;
+
+    float acc[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
+    const int ao = tr * 4, bo = tc * 4;  // a thread's first column in the As / Bs rows
+    if (STAGES >= 2) k_loop_async(acc, smem, A, lda, B, ldb, M, N, K, m0, n0, tid, ao, bo);
+    else             k_loop_registers(acc, smem, A, lda, B, ldb, M, N, K, m0, n0, interior, tid, ao, bo);
 
     C += (blockIdx.z / splits) * sC;
     D += blockIdx.z * sD;

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Tune the suite on this GPU, merge the winners into a copy of its shipped table, install that
+# copy, then run the bench suite on it.  usage (device tool): bash scripts/device_tune.sh
+# -> $OUT/tables/<gpu>.json (to copy into src/tilegemm/tables), $OUT/tune.json, the suite results
+set -uo pipefail
+export PYTHONPATH="$PWD/src" PYTHONUNBUFFERED=1 TILEGEMM_CACHE_DIR=/tmp/tgcache TILEGEMM_TUNE_DIR=/tmp/tgtune
+OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT/tables"
+GPU=$(python3 -c "from tilegemm import runtime, tuning; print(tuning.selector(0).table_path.name)")
+cp "src/tilegemm/tables/$GPU" "$OUT/tables/" 2>/dev/null || true
+python3 -m tilegemm.cli tune --suite --top "${TOP:-16}" --ship "$OUT/tables" --out "$OUT" 2>&1 | tail -30
+cp "$OUT/tables/$GPU" "src/tilegemm/tables/$GPU"
+rm -rf /tmp/tgtune   # the bench below reads the shipped table, not the tuning cache
+python3 -m tilegemm.cli bench --out "$OUT" 2>&1 | tail -40

@@ -1,0 +1,159 @@
+// tg_async.cuh - operand tiles copied global -> shared with cp.async (LDGSTS, sm_80+), no registers
+// in between.  Used by rung 8 and the family (gemm.cu, STAGES >= 2).
+//
+// Same shared layout as tg_tiles.cuh: As[k][m] and Bs[k][n], rows LD floats long.  Copies run along
+// the contiguous direction in global memory: 16 bytes per copy when the tile keeps its orientation
+// and the operand is 16-byte aligned (TG_VEC=4), else 4 bytes; a tile that must be transposed (its
+// k runs along global rows: A row-major, B column-major) always goes by 4-byte copies, each lane
+// writing one element of As[k][m].  Lanes take 8 k at a time, so a warp writes 4 rows x 8 k, which
+// lands in 32 distinct banks when LD % 32 == 4.
+//
+// Edges, without a branch in the K loop:
+// - m / n beyond the matrix: the source row (or 16-byte column group) is clamped into the matrix
+//   when the pointers are set up; the values land in rows / columns of the tile whose results are
+//   never stored.  A 16-byte copy that straddles the last column copies only the columns inside
+//   (cp.async's src-size) and zero-fills the rest.
+// - k: the tiles are placed so that only the first one is partial (it starts at k = K - T*BK <= 0);
+//   its elements with k < 0 are zero-filled (src-size 0), so they add nothing.  Every later tile
+//   is whole.
+#pragma once
+#include "tg_common.cuh"
+
+#ifndef TG_VEC
+#define TG_VEC 4
+#endif
+
+// dst[0..CP) = src[0..nbytes) then zeros; nothing is read when nbytes == 0.  Issued only if `on`.
+template <int CP>
+__device__ __forceinline__ void tg_cp_async(float *dst, const float *src, int nbytes, bool on) {
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    if (CP == 16)
+        asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %3, 0;\n"
+                     " @p cp.async.cg.shared.global [%0], [%1], 16, %2;\n}\n"
+                     :: "r"(s), "l"(src), "r"(nbytes), "r"((int)on) : "memory");
+    else
+        asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %3, 0;\n"
+                     " @p cp.async.ca.shared.global [%0], [%1], 4, %2;\n}\n"
+                     :: "r"(s), "l"(src), "r"(nbytes), "r"((int)on) : "memory");
+}
+__device__ __forceinline__ void tg_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int PENDING>
+__device__ __forceinline__ void tg_cp_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(PENDING) : "memory"); }
+
+// One operand's ROWS x COLS tile of a view whose element (r, c) is at base[r * ld + c].
+// TRANSPOSED: stored as s[c][r] (then c is k), else as s[r][c] (then r is k).  THREADS threads
+// share the copies, N each; each copy has its own source pointer, set up once and moved by the same
+// step every tile (so the clamping at the edges costs nothing in the loop).  The shared-memory
+// offsets depend only on (i, tid) and are recomputed, not kept in registers.
+template <int ROWS, int COLS, int THREADS, bool TRANSPOSED, int LD>
+struct AsyncTile {
+    static constexpr int V = (TRANSPOSED || TG_VEC == 1) ? 1 : 4;  // floats per copy
+    static constexpr int N = ROWS * COLS / (V * THREADS);
+    static constexpr int G = COLS < 8 ? COLS : 8;  // transposed: lanes take G consecutive k
+    static_assert(N * V * THREADS == ROWS * COLS && N >= 1, "the tile splits into whole copies per thread");
+    static_assert(COLS % V == 0 && (!TRANSPOSED || COLS % G == 0), "copies stay inside a row");
+    const float *p[N];
+    int nb[N];  // bytes each copy reads: 4 * V, fewer for a 16-byte copy at the last column group
+
+    // copy i of thread tid -> (row, column) in the tile.  Written so that the part that depends
+    // on tid is the same for every i and the rest is a compile-time constant: one shared-memory
+    // base per thread plus immediate offsets.
+    __device__ __forceinline__ static void place(int i, int tid, int &r, int &c) {
+        if (TRANSPOSED) {  // G consecutive k per lane group, all rows, then the next G
+            static_assert(THREADS % G == 0, "whole lane groups");
+            constexpr int RPI = THREADS / G;  // rows one copy index covers
+            const int q = tid / G;
+            if (RPI <= ROWS) {
+                static_assert(RPI > ROWS || ROWS % RPI == 0, "copies cover whole rows");
+                constexpr int CPC = RPI <= ROWS ? ROWS / RPI : 1;  // copies per chunk of G columns
+                r = (i % CPC) * RPI + q;
+                c = tid % G + G * (i / CPC);
+            } else {
+                static_assert(RPI <= ROWS || RPI % ROWS == 0, "copies cover whole rows");
+                constexpr int CPI = RPI <= ROWS ? 1 : RPI / ROWS;  // chunks per copy index
+                r = q % ROWS;
+                c = tid % G + G * (i * CPI + q / ROWS);
+            }
+        } else {
+            constexpr int W = COLS / V;  // copies per row
+            if (THREADS % W == 0) {
+                r = i * (THREADS / W) + tid / W;
+                c = (tid % W) * V;
+            } else {
+                static_assert(THREADS % W == 0 || W % THREADS == 0, "copies cover whole rows");
+                constexpr int PR = THREADS % W == 0 ? 1 : W / THREADS;  // copy indices per row
+                r = i / PR;
+                c = ((i % PR) * THREADS + tid) * V;
+            }
+        }
+    }
+
+    // base: element (r0, c0) of the view, the tile's first row and column (the k one is negative
+    // for a partial first tile); rows x cols: the view's extent.
+    __device__ __forceinline__ void init(const float *base, tg_idx ld, int r0, int c0, int rows, int cols, int tid) {
+#pragma unroll
+        for (int i = 0; i < N; ++i) {
+            int r, c;
+            place(i, tid, r, c);
+            // clamp m / n into the matrix (k is left alone: only the first tile has k < 0)
+            int rr = r0 + r, cc = c0 + c;
+            if (TRANSPOSED) rr = min(rr, rows - 1);
+            else if (cc >= cols) cc = 0;  // a column group wholly outside: any valid one
+            nb[i] = (!TRANSPOSED && V == 4) ? 4 * min(4, cols - cc) : 4 * V;
+            p[i] = base + (tg_idx)(rr - r0) * ld + (cc - c0);
+        }
+    }
+    // issue this tile's copies into stage s (if `on`); FIRST: zero-fill the copies with k < k_lo
+    template <bool FIRST>
+    __device__ __forceinline__ void copy(float *s, bool on, int k_lo, const float *safe, int tid) const {
+#pragma unroll
+        for (int i = 0; i < N; ++i) {
+            int r, c;
+            place(i, tid, r, c);
+            float *d = s + (TRANSPOSED ? c * LD + r : r * LD + c);
+            if (FIRST) {
+                const bool in = (TRANSPOSED ? c : r) >= k_lo;
+                tg_cp_async<4 * V>(d, in ? p[i] : safe, in ? nb[i] : 0, on);
+            } else {
+                tg_cp_async<4 * V>(d, p[i], nb[i], on);
+            }
+        }
+    }
+    // move to the next tile: BK along k
+    __device__ __forceinline__ void next(int bk, tg_idx ld) {
+#pragma unroll
+        for (int i = 0; i < N; ++i) p[i] += TRANSPOSED ? (tg_idx)bk : bk * ld;
+    }
+};
+
+// The two operands of C = A B as AsyncTiles (global orientation from TG_TRANS_A / TG_TRANS_B).
+template <int BM_, int BN_, int BK_, int THREADS, int LDA, int LDB>
+struct AsyncOperands {
+    // A(m, k): row-major (TG_TRANS_A=0) rows are m, k contiguous -> transposed into As[k][m]
+    AsyncTile<TG_TRANS_A ? BK_ : BM_, TG_TRANS_A ? BM_ : BK_, THREADS, !TG_TRANS_A, LDA> a;
+    // B(k, n): row-major rows are k, n contiguous -> Bs[k][n] as it is
+    AsyncTile<TG_TRANS_B ? BN_ : BK_, TG_TRANS_B ? BK_ : BN_, THREADS, (bool)TG_TRANS_B, LDB> b;
+    const float *A0, *B0;  // element (0, 0) of each: a valid address for zero-filled copies
+    int k_lo;              // the first tile holds k in [kbeg, kbeg + BK); kbeg = K - T*BK <= 0
+
+    // A, B: the product's operands at k = 0; the first tile starts at kbeg
+    __device__ __forceinline__ void init(const float *A, tg_idx lda, const float *B, tg_idx ldb,
+                                         int M, int N, int K, int m0, int n0, int kbeg, int tid) {
+        A0 = A;
+        B0 = B;
+        k_lo = -kbeg;
+        if (TG_TRANS_A) a.init(A + tg_a_off(m0, kbeg, lda), lda, kbeg, m0, K, M, tid);
+        else            a.init(A + tg_a_off(m0, kbeg, lda), lda, m0, kbeg, M, K, tid);
+        if (TG_TRANS_B) b.init(B + tg_b_off(kbeg, n0, ldb), ldb, n0, kbeg, N, K, tid);
+        else            b.init(B + tg_b_off(kbeg, n0, ldb), ldb, kbeg, n0, K, N, tid);
+    }
+    // issue one tile's copies into (As, Bs) and move on by BK; on == false: issue none (past K)
+    template <bool FIRST>
+    __device__ __forceinline__ void copy(float *As, float *Bs, bool on, tg_idx lda, tg_idx ldb, int tid) {
+        a.template copy<FIRST>(As, on, k_lo, A0, tid);
+        b.template copy<FIRST>(Bs, on, k_lo, B0, tid);
+        a.next(BK_, lda);
+        b.next(BK_, ldb);
+        tg_cp_commit();
+    }
+};

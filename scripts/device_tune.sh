@@ -7,7 +7,8 @@ export PYTHONPATH="$PWD/src" PYTHONUNBUFFERED=1 TILEGEMM_CACHE_DIR=/tmp/tgcache 
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT/tables"
 GPU=$(python3 -c "from tilegemm import runtime, tuning; print(tuning.selector(0).table_path.name)")
 cp "src/tilegemm/tables/$GPU" "$OUT/tables/" 2>/dev/null || true
-python3 -m tilegemm.cli tune --suite --top "${TOP:-16}" --ship "$OUT/tables" --out "$OUT" 2>&1 | tail -30
+# TUNE: the tune command's arguments (default: the suite, NN)
+python3 -m tilegemm.cli tune ${TUNE:---suite} --top "${TOP:-16}" --ship "$OUT/tables" --out "$OUT" 2>&1 | tail -30
 cp "$OUT/tables/$GPU" "src/tilegemm/tables/$GPU"
 rm -rf /tmp/tgtune   # the bench below reads the shipped table, not the tuning cache
 python3 -m tilegemm.cli bench --out "$OUT" 2>&1 | tail -40

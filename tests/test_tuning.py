@@ -56,9 +56,10 @@ def test_heuristic():
 
 
 def test_bucket():
-    assert tuning.bucket(4096, 4096, 4096, 1) == (12, 12, 12, 0)
-    assert tuning.bucket(4095, 3000, 1, 64) == (12, 12, 0, 6)
-    assert tuning.bucket(5000, 6000, 7000, 1) == (12, 13, 13, 0)
+    assert tuning.bucket(4096, 4096, 4096, 1) == (12, 12, 12, 0, 0)
+    assert tuning.bucket(4095, 4095, 4095, 1) == (12, 12, 12, 0, 1)  # same sizes, but edges
+    assert tuning.bucket(4095, 3000, 1, 64) == (12, 12, 0, 6, 1)
+    assert tuning.bucket(5000, 6000, 7000, 1) == (12, 13, 13, 0, 1)
 
 
 def test_cache_key_names_everything_that_matters():
@@ -109,7 +110,8 @@ def test_shipped_tables_hold_valid_spill_free_configs():
         assert entries, t
         for key, e in entries.items():
             layout, dims = key.split(":")
-            assert layout in registry.LAYOUTS and len(dims.split("x")) == 4
+            assert layout in registry.LAYOUTS and len(dims.split("x")) == 5
+            assert key == tuning._entry_key(layout, tuning.bucket(*e["shape"])), "key from the shape it was tuned on"
             cfg = F.params(e["config"])
             assert not F.violations(cfg, SM90), (t.name, key)
             seen.add((tuple(sorted(F.compiled_params(cfg).items())), layout))

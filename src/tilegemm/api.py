@@ -450,7 +450,7 @@ def execute(p: Plan):
             if p.M and p.N and p.count:
                 _run(p, p.a.op.ptr, p.b.op.ptr, p.c.op.ptr if p.c else 0, d_ptr, d_b, d_lay, device, stream)
             if not host and p.c is None and p.kernel == registry.FAMILY.name \
-                    and not p.config and p.alpha == 1.0 and p.shape == p.batch + (p.M, p.N):
+                    and p.alpha == 1.0 and p.shape == p.batch + (p.M, p.N):
                 _remember(p, d_b, d_lay, device)
             if host:
                 res = result.get(stream=stream)
@@ -564,7 +564,7 @@ def _direct_launch(p: Plan, d_b, d_lay, device):
     if K == 0 or not M or not N or len(offsets) != 1 or count > _GRID_Z:
         return None
     layout = lay_a[0] + lay_b[0]
-    cfg = dict(tuning.select(device, layout, M, N, K, count))
+    cfg = dict(p.config) if p.config else dict(tuning.select(device, layout, M, N, K, count))
     if int(cfg.pop("splits", 1)) != 1:
         return None
     return (layout, M, N, K, count, lay_a[1], sa, lay_b[1], sb, d_lay[1], sd, tuple(sorted(cfg.items())), swap)
@@ -626,19 +626,19 @@ def _remember(p: Plan, d_b, d_lay, device) -> None:
     ko = _meta(p.out.op.obj) if p.out is not None else ((None,), 0)
     if ka is None or kb is None or ko is None or len(_fast) > 4096:
         return
-    key = (ka[0], ka[1] % 16, kb[0], kb[1] % 16, ko[0], ko[1] % 16)
+    key = (ka[0], ka[1] % 16, kb[0], kb[1] % 16, ko[0], ko[1] % 16, p.config)
     spans = (_span_rel(p.a.op), _span_rel(p.b.op), _span_rel(p.out.op) if p.out else None)
     q = Plan(p.M, p.N, p.K, p.batch, p.shape, _strip(p.a), _strip(p.b), None, _strip(p.out), p.out_colmajor,
              p.alpha, p.beta, p.kernel, p.device, p.config)
     _fast[key] = _Fast(q, d_b, d_lay, device, spans, _direct_launch(q, d_b, d_lay, device))
 
 
-def _fast_matmul(a, b, out):
+def _fast_matmul(a, b, out, config: tuple = ()):
     ma, mb = _meta(a), _meta(b)
     mo = _meta(out) if out is not None else ((None,), 0)
     if ma is None or mb is None or mo is None:
         return _MISS
-    e = _fast.get((ma[0], ma[1] % 16, mb[0], mb[1] % 16, mo[0], mo[1] % 16))
+    e = _fast.get((ma[0], ma[1] % 16, mb[0], mb[1] % 16, mo[0], mo[1] % 16, config))
     if e is None:
         return _MISS
     cupy = runtime._cupy()
@@ -694,8 +694,12 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, out=None, kernel: str | None = No
     (it may be c itself for an in-place update); by default a new array of a's type whose matrices
     follow c's layout.  Inputs are never modified.  See ``matmul`` for the rest.
     """
-    if c is None and kernel is None and config is None and alpha == 1.0 and beta == 0.0:
-        res = _fast_matmul(a, b, out)
+    if c is None and kernel in (None, registry.FAMILY.name) and alpha == 1.0 and beta == 0.0:
+        # the memo of checked plans (also for an explicit family config: the tuner times through it)
+        try:
+            res = _fast_matmul(a, b, out, tuple(sorted(config.items())) if isinstance(config, dict) else ())
+        except TypeError:  # an unhashable config value: the full path reports it
+            res = _MISS
         if res is not _MISS:
             return res
     a, b = _from_dlpack(a, "a"), _from_dlpack(b, "b")

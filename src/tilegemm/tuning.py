@@ -37,8 +37,11 @@ SMALL = {"bm": 64, "bn": 64, "bk": 16, "tm": 4, "tn": 4, "ln": 8, "minb": 4, "sw
 
 
 def bucket(M: int, N: int, K: int, count: int) -> tuple:
-    """Shape bucket: each size rounded to the nearest power of two (in log scale)."""
-    return tuple(int(round(math.log2(max(x, 1)))) for x in (M, N, K, count))
+    """Shape bucket: each size rounded to the nearest power of two (in log scale), and whether
+    the usual tiles leave edges (M or N not a multiple of 128, K not a multiple of 8): 4095^3 and
+    4096^3 have different winners (docs/perf-notes.md)."""
+    edges = int(M % 128 != 0 or N % 128 != 0 or K % 8 != 0)
+    return tuple(int(round(math.log2(max(x, 1)))) for x in (M, N, K, count)) + (edges,)
 
 
 def _blocks(cfg, M, N, count) -> int:

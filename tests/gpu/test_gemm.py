@@ -190,8 +190,8 @@ def test_shipped_table_loads_and_is_used(cp):
         pytest.skip(f"no shipped table for {sel.props.name}")
     assert shipped, f"{sel.table_path} is empty or unreadable"
     key = next(iter(shipped))
-    layout, dims = key.split(":")
-    m, n, k, cnt = (2 ** int(x) for x in dims.split("x"))
+    layout = key.split(":")[0]
+    m, n, k, cnt = shipped[key]["shape"]
     if user:
         pytest.skip("a user tuning cache overrides the shipped table here")
     cfg, src = sel.source(layout, m, n, k, cnt)
@@ -244,6 +244,33 @@ def test_repeat_calls_reuse_the_plan_and_stay_correct(cp):
     buf = rng.standard_normal((70, 90), dtype=np.float32)
     with pytest.raises(ValueError, match="out overlaps a in memory"):  # the overlap test still runs
         tilegemm.matmul(buf[:, :50], b, out=buf)
+
+
+def test_repeat_calls_with_a_config_use_their_own_memo_entry(cp):
+    """The tuner times explicit configs through the memo: each config is its own entry, and a
+    config that breaks a constraint still raises on every call."""
+    from tilegemm import api
+    from tilegemm.errors import ConfigError
+
+    rng = cp.random.default_rng()
+    cfgs = [dict(tuning.HUGE), dict(tuning.SMALL), {"stages": 2}]
+    for _ in range(2):
+        a = rng.standard_normal((300, 70), dtype=np.float32)
+        b = rng.standard_normal((70, 130), dtype=np.float32)
+        ref = a.astype(np.float64) @ b.astype(np.float64)
+        for cfg in cfgs:
+            out = cp.full((300, 130), np.nan, np.float32)
+            assert tilegemm.matmul(a, b, out=out, config=cfg) is out
+            assert float(cp.linalg.norm(out - ref) / cp.linalg.norm(ref)) < TOL, cfg
+    keys = {k[-1]: e for k, e in api._fast.items()}
+    assert all(tuple(sorted(c.items())) in keys for c in cfgs)
+    # each entry launches its own config (not the tuned one)
+    for c in cfgs[:2]:
+        e = keys[tuple(sorted(c.items()))]
+        assert e.direct is not None and dict(e.direct[-2]) == {k: v for k, v in c.items() if k != "splits"}
+    for _ in range(2):
+        with pytest.raises(ConfigError):
+            tilegemm.matmul(a, b, config={"stages": 9})
 
 
 def test_repeat_calls_with_other_alignment(cp):

@@ -70,7 +70,7 @@ def test_cache_key_names_everything_that_matters():
 
 
 def test_lookup_falls_back_to_nn():
-    entries = {"NN:12x12x12x0": {"config": {"bm": 64}}}
+    entries = {"NN:12x12x12x0x0": {"config": {"bm": 64}}}
     assert tuning.lookup(entries, "TT", 4096, 4096, 4096, 1) == {"bm": 64}
     assert tuning.lookup(entries, "NN", 1024, 4096, 4096, 1) is None
 
@@ -129,7 +129,7 @@ def test_a_borrowed_config_that_spills_is_not_used(monkeypatch, tmp_path):
                             max_blocks_per_sm=32)
     monkeypatch.setenv("TILEGEMM_TUNE_DIR", str(tmp_path))
     sel = tuning.Selector(props, "1", "13.0")
-    sel._user, sel._shipped = {}, {"NN:4x12x12x0": {"config": spilling}}
+    sel._user, sel._shipped = {}, {"NN:4x12x12x0x1": {"config": spilling}}
     assert sel.source("NN", 16, 4096, 4096, 1) == (spilling, "shipped")
     cfg, src = sel.source("TT", 16, 4096, 4096, 1)
     assert src == "heuristic"

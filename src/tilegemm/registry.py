@@ -257,7 +257,7 @@ _tile128("07_maxas", "C staged through shared memory: whole 128-B lines per stor
 _register(KernelSpec(
     name="08_hopper", file="08_hopper.cu",
     summary="cp.async 3-stage pipeline, 16x8 threads on a 256x128 tile, block swizzle; chosen by measurement",
-    seed="beyond the seeds (docs/perf-notes.md)", defaults={"stages": 3, "swizzle": 8, "ln": 8},
+    seed="beyond the seeds (docs/perf-notes.md)", defaults={"stages": 3, "swizzle": 8, "ln": 2},
     block=lambda p: (256, 1, 1), tile=lambda p: (256, 128), vec=True, linear_grid=True,
     smem=lambda p: p["stages"] * 8 * (260 + 132) * 4,
     constraints=(

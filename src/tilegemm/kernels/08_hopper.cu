@@ -8,14 +8,15 @@
 // - A larger thread tile: 16 x 8 outputs per thread (four 4 x 4 patches), 256 threads on a 256 x
 //   128 block tile, one block per SM (about 240 registers).  Per k step a thread reads 16 + 8
 //   values for 128 FFMAs instead of 8 + 8 for 64.
-// - Warps of (32/LN) x LN threads (-D LN=8: 4 x 8), chosen by measurement among 2, 4, 8.
+// - Warps of (32/LN) x LN threads (-D LN=2: 16 x 2), chosen by measurement among 2, 4, 8.
 // - Block swizzle (-D SWIZZLE=G, 0 = off): blocks are numbered down groups of G block-rows, so the
 //   blocks resident together share A rows and B columns in L2.
-// - Epilogue: scalar stores straight from the accumulators (see the note there); rung 7's staging
+// - Epilogue: float4 stores straight from registers (see the note there); rung 7's staging
 //   through shared memory is not carried over (the epilogue is <1% of the time at 4096^3).
 // Kept: 4 x 4 patches so fragment reads are LDS.128, rows padded by 4 words, BK = 8.
 // Constraints: STAGES is 2, 3 or 4 (dynamic shared memory: STAGES * 8 * (260 + 132) * 4 bytes).
 // Edges: any M, N, K >= 1 (zero-filled first tile, clamped m/n, checked stores).
+#include "tg_tiles.cuh"  // tg_store4
 #include "tg_async.cuh"
 
 #define BM 256
@@ -31,7 +32,7 @@
 #define SWIZZLE 8
 #endif
 #ifndef LN
-#define LN 8
+#define LN 2
 #endif
 #define LM (32 / LN)
 #define ROWS_T (BM / TM)  // 16 threads along M
@@ -116,20 +117,23 @@ extern "C" __global__ void __launch_bounds__(NT, 1) tilegemm_kernel(TG_GEMM_PARA
     }
     tg_cp_wait<0>();
 
-    // acc[i][j] is row (i/4)*64 + tr*4 + i%4, column (j/4)*64 + tc*4 + j%4.  Stored one float at a
-    // time: an STG.128 needs its four values in four consecutive registers, and that constraint
-    // on the accumulators made ptxas give 947 of the 1024 FFMAs two sources in one register bank
-    // (170 this way).  On the H100 a version with 303 such FFMAs ran at 44.0 TFLOPS, this one at
-    // 48.9-49.4 (docs/perf-notes.md).  Eight lanes still write 32 contiguous floats of a row.
+    // acc[i][j] is row (i/4)*64 + tr*4 + i%4, column (j/4)*64 + tc*4 + j%4.  Stored as float4,
+    // but of acc + 0 (exact: an FFMA sum started at +0 is never -0): an STG.128 of the
+    // accumulators themselves needs each four in consecutive registers, and under that
+    // constraint ptxas gave 947 of the 1024 FFMAs two sources in one register bank (176 this way).
+    // Measured on the H100 (docs/perf-notes.md): 50.0 TFLOPS at 4096^3 this way, 48.9 with
+    // scalar stores, 44.0 for a version with 303 such FFMAs.
     const bool interior = m0 + BM <= M && n0 + BN <= N;
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
         const int m = m0 + (i / 4) * ROWS_T * 4 + tr * 4 + i % 4;
-        float *row = C + (tg_idx)m * ldc;
 #pragma unroll
-        for (int j = 0; j < TN; ++j) {
-            const int n = n0 + (j / 4) * COLS_T * 4 + tc * 4 + j % 4;
-            if (interior || (m < M && n < N)) row[n] = acc[i][j];
+        for (int p = 0; p < TN / 4; ++p) {
+            const int n = n0 + p * COLS_T * 4 + tc * 4;
+            const float4 v = make_float4(__fadd_rn(acc[i][4 * p], 0.0f), __fadd_rn(acc[i][4 * p + 1], 0.0f),
+                                         __fadd_rn(acc[i][4 * p + 2], 0.0f), __fadd_rn(acc[i][4 * p + 3], 0.0f));
+            if (interior) tg_store4<false>(C, ldc, m, n, M, N, v);
+            else          tg_store4<true>(C, ldc, m, n, M, N, v);
         }
     }
 }

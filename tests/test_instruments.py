@@ -130,10 +130,10 @@ def test_declared_accesses_match_the_sass_main_loop(name):
     body = sass.inspect(sass.disassemble(spec.compile(p, arch="sm_90").cubin))
     declared = {}
     for a in patterns.accesses(name, p):
-        if "staging" in a.name:
-            continue  # the epilogue, after the loop
+        if "staging" in a.name or "placeholder" in a.name:
+            continue  # the epilogue, after the loop; never-executed loads (SASS mix: "other")
         key = f"{ {'ld': 'LDS', 'st': 'STS', 'cp': 'LDGSTS'}[a.op]}.{8 * a.width}"
-        declared[key] = declared.get(key, 0) + a.count(bk)
+        declared[key] = declared.get(key, 0) + a.count(2 * bk) - a.count(bk)  # per tile of the loop
     found = {k: v for k, v in body.mix.items() if k.startswith(("LDS", "STS", "LDGSTS"))}
     expected = {k: v * _PATHS.get(name, {}).get(k, 1) for k, v in declared.items()}
     assert found == expected
@@ -143,7 +143,8 @@ def test_family_accesses_follow_any_config():
     cfg = {"bm": 64, "bn": 128, "bk": 16, "tm": 8, "tn": 8, "ln": 8, "minb": 0, "swizzle": 0, "splits": 1}
     acc = patterns.accesses("gemm", cfg)
     threads = registry.FAMILY.threads(registry.FAMILY.params(cfg))
-    assert all(0 <= a.addr(t) < registry.family_smem(registry.FAMILY.params(cfg)) for a in acc for t in range(threads))
+    assert all(a.addr(t) is None or 0 <= a.addr(t) < registry.family_smem(registry.FAMILY.params(cfg))
+               for a in acc for t in range(threads))
     # the B fragment of 8-lane-wide warps reads contiguous rows: conflict-free in both models
     b = [x for x in patterns.predict("gemm", cfg, 64) if x.access.name.startswith("B fragment")][0]
     assert b.wavefronts == b.ideal

@@ -12,11 +12,13 @@ Two models:
 - ``"hopper"``: the seed's rules refined by Nsight Compute measurements on an H100 and an H200
   (sm_90; benchmarks/results/*-banks.json, docs/perf-notes.md).  Stores, and loads of 32 bits,
   follow the seed exactly.  Loads of 64 and 128 bits take their phases in pairs (the two 16-lane
-  halves for LDS.64; quarters 0-1 and 2-3 for LDS.128): a pair in which each phase reads at most
-  two distinct addresses, with no two distinct words of the pair in one bank, is served in one
-  wavefront; any other pair costs what the seed's rules say for its two phases.  So a quarter-warp
-  broadcast (the A fragment of a 4 x 8 warp) costs half a wavefront: such an LDS.128 takes 2, not 4,
-  while quarters that read three or more float4s are never merged.
+  halves for LDS.64; quarters 0-1 and 2-3 for LDS.128): a pair with no two distinct words in one
+  bank is served in one wavefront when each phase reads at most two distinct addresses, or when
+  the two phases read disjoint words that together fill all 32 banks once; any other pair costs
+  what the seed's rules say for its two phases.  So a quarter-warp broadcast (the A fragment of a
+  4 x 8 warp) costs half a wavefront: such an LDS.128 takes 2, not 4; quarters reading four
+  float4s each, the two of a pair 64 bytes apart (rung 8's A fragment, 16 x 2 warps), take 1 per
+  pair; other pairs of quarters with three or more float4s are not merged.
 
 A lane with address ``None`` is inactive (predicated off).
 """
@@ -90,7 +92,10 @@ def predict(addrs: Sequence[int | None], width: int, model: str = "seed", store:
     waves = ideal = 0
     for pair in zip(per_phase[0::2], per_phase[1::2]):
         live = [x for x in pair if x]
-        small = len(live) == 2 and max(x[0] for x in live) <= 2
+        # a pair merges when it is conflict-free and each phase reads <= 2 addresses, or when the
+        # two phases read disjoint words that fill the 32 banks exactly once (one full wavefront)
+        full = len(live) == 2 and len(live[0][1]) + len(live[1][1]) == len(live[0][1] | live[1][1]) == BANKS
+        small = len(live) == 2 and (max(x[0] for x in live) <= 2 or full)
         if small and _max_per_bank(live[0][1] | live[1][1]) <= 1:
             waves += 1
         else:

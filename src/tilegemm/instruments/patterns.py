@@ -34,7 +34,7 @@ class Access:
     addr: Callable[[int], int]  # thread index -> byte address (block-relative)
     count: Callable[[int], int]  # K -> times each thread issues it in one block
 
-    def warp_addrs(self, warp: int) -> list[int]:
+    def warp_addrs(self, warp: int) -> list[int | None]:
         return [self.addr(warp * 32 + lane) for lane in range(32)]
 
 
@@ -94,12 +94,31 @@ def _async_copies(layout: str, bm: int, bn: int, bk: int, threads: int, lda_s: i
 
 
 def _fragments(a_off: Callable[[int], int], b_off: Callable[[int], int], pa: int, pb: int,
-               b_base: int) -> list[Access]:
-    """Per k: pa float4s of A from As[k][a_off..] and pb of B from Bs[k][b_off..]."""
+               b_base: int, extra: int = 0) -> list[Access]:
+    """Per k: pa float4s of A from As[k][a_off..] and pb of B from Bs[k][b_off..]; ``extra``
+    more k rows per block (the cp.async loop reads the next tile's first row after the last tile
+    too, from a stage nobody uses)."""
     return [
-        Access("A fragment (LDS.128)", "ld", 16, lambda t: W * a_off(t), lambda K: pa * K),
-        Access("B fragment (LDS.128)", "ld", 16, lambda t: W * (b_base + b_off(t)), lambda K: pb * K),
+        Access("A fragment (LDS.128)", "ld", 16, lambda t: W * a_off(t), lambda K: pa * (K + extra)),
+        Access("B fragment (LDS.128)", "ld", 16, lambda t: W * (b_base + b_off(t)), lambda K: pb * (K + extra)),
     ]
+
+
+def _placeholders(name: str, p: dict, layout: str, bk: int, stages: int) -> list[Access]:
+    """ptxas puts never-executed loads (``@!PT LDS RZ, [RZ]``) beside the LDGSTS of each tile; they
+    move no data, but Nsight Compute counts them as shared-load requests.  How many per tile is
+    read from the SASS of the main loop (sm_90); one tile's worth per copy call (tiles + stages - 2:
+    the partial first tile has none)."""
+    from . import sass
+
+    spec = registry.get(name)
+    listing = sass.disassemble(spec.compile(p, layout=layout, arch="sm_90").cubin)
+    instrs, labels = sass.parse(listing)
+    n = sum(1 for i in sass.main_loop(instrs, labels) if i.pred == "@!PT" and i.base == "LDS")
+    if not n:
+        return []
+    calls = lambda K: math.ceil(K / bk) + stages - 2
+    return [Access("cp.async placeholder (@!PT LDS, no data)", "ld", 4, lambda t: None, lambda K: n * calls(K))]
 
 
 def _staging() -> list[Access]:
@@ -163,7 +182,7 @@ def _warp_map(bm, bn, bk, tm, tn, ln, layout, staged, stages=0):
     b_base = max(2, stages) * bk * lda_s
     fill = _async_copies if stages else _operand_stores
     acc = fill(layout, bm, bn, bk, threads, lda_s, ldb_s, b_base) + _fragments(
-        lambda t: tr(t) * 4, lambda t: tc(t) * 4, tm // 4, tn // 4, b_base)
+        lambda t: tr(t) * 4, lambda t: tc(t) * 4, tm // 4, tn // 4, b_base, 1 if stages else 0)
     return acc + (_staging() if staged else [])
 
 
@@ -176,11 +195,13 @@ def _rung7(p, layout):  # rung 6's map plus the C staging of the epilogue
 
 
 def _rung8(p, layout):  # 256 x 128 tile, 16 x 8 threads, cp.async stages
-    return _warp_map(256, 128, 8, 16, 8, p["ln"], layout, False, p["stages"])
+    return (_warp_map(256, 128, 8, 16, 8, p["ln"], layout, False, p["stages"])
+            + _placeholders("08_hopper", p, layout, 8, p["stages"]))
 
 
 def _family(p, layout):
-    return _warp_map(p["bm"], p["bn"], p["bk"], p["tm"], p["tn"], p["ln"], layout, False, p["stages"])
+    acc = _warp_map(p["bm"], p["bn"], p["bk"], p["tm"], p["tn"], p["ln"], layout, False, p["stages"])
+    return acc + (_placeholders("gemm", p, layout, p["bk"], p["stages"]) if p["stages"] else [])
 
 
 DECLARED = {

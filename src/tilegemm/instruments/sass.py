@@ -53,8 +53,10 @@ def disassemble(cubin: bytes) -> str:
 
 
 def instructions(listing: str) -> list[str]:
-    """Full opcodes (with modifiers, e.g. ``LDS.128``) in program order."""
-    return [ins.op for ins in parse(listing)[0]]
+    """Full opcodes (with modifiers, e.g. ``LDS.128``) in program order, leaving out those guarded
+    by ``@!PT``: they never execute (ptxas places e.g. ``@!PT LDS RZ, [RZ]`` beside LDGSTS; they
+    still take an issue slot, which ``mix`` counts as "other")."""
+    return [ins.op for ins in parse(listing)[0] if ins.pred != "@!PT"]
 
 
 def opcode_counts(listing: str) -> collections.Counter:
@@ -94,9 +96,7 @@ class Instr:
 
 
 def parse(listing: str) -> tuple[list[Instr], dict[str, int]]:
-    """Instructions in program order, and each label's address (that of the next instruction).
-    Instructions guarded by ``@!PT`` never execute (ptxas places them, e.g. ``@!PT LDS RZ, [RZ]``
-    beside LDGSTS) and are left out."""
+    """Instructions in program order, and each label's address (that of the next instruction)."""
     out, labels, pending = [], {}, []
     for line in listing.splitlines():
         m = _LABEL.match(line)
@@ -110,11 +110,8 @@ def parse(listing: str) -> tuple[list[Instr], dict[str, int]]:
         for name in pending:
             labels[name] = addr
         pending = []
-        pred = (m.group(2) or "").strip()
-        if pred == "@!PT":
-            continue
         ops = tuple(o.strip() for o in m.group(4).split(",") if o.strip())
-        out.append(Instr(addr, pred, m.group(3), ops))
+        out.append(Instr(addr, (m.group(2) or "").strip(), m.group(3), ops))
     return out, labels
 
 
@@ -159,7 +156,9 @@ def mix(body: list[Instr]) -> collections.Counter:
     """Instruction classes: FFMA, LDS.128, LDG.128, STS.32, BAR, ... and 'other'."""
     c = collections.Counter()
     for ins in body:
-        if ins.base in _MEMORY:
+        if ins.pred == "@!PT":  # issued, never executed: no memory access
+            c["other"] += 1
+        elif ins.base in _MEMORY:
             c[f"{ins.base}.{width_bits(ins.op)}"] += 1
         elif ins.base in ("FFMA", "BAR", "BRA", "FMUL", "FADD", "IMAD", "IADD3", "LEA", "ISETP", "MOV"):
             c[ins.base] += 1

@@ -98,8 +98,9 @@ def suite_table(doc: dict) -> str:
     for c in cases:
         vals = [_cell(cell[(c, k)]) if (c, k) in cell else "" for k in impls]
         sel = (cell.get((c, "tilegemm")) or {}).get("selected") or {}
-        cfg = ("{bm}x{bn}x{bk} t{tm}x{tn} ln{ln} minb{minb} split{splits} ({source})".format(**sel)
-               if sel else "")
+        pipe = f" cp.async x{sel['stages']}" if sel.get("stages") else ""
+        cfg = ("{bm}x{bn}x{bk} t{tm}x{tn} ln{ln} minb{minb}".format(**sel) + pipe
+               + " split{splits} ({source})".format(**sel) if sel else "")
         lines.append(f"| {c} | " + " | ".join(vals) + f" | {cfg} |")
     caption = (f"TFLOPS (percent of cuBLAS in the same run) on {doc['gpu']}, driver {doc['driver']}, "
                f"{doc['date']}; CuPy {doc['versions'].get('cupy')}, torch {doc['versions'].get('torch')}, "

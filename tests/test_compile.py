@@ -186,7 +186,8 @@ def test_ffma_per_k_step_as_designed(name, arch):
 
 
 def _ffma_per_k(name):
-    return 128 if name == "08_hopper" else 64
+    p = registry.get(name).params()
+    return 128 if name == "08_hopper" else p.get("rm", 8) * p.get("rn", 8)
 
 
 def _bk(name):

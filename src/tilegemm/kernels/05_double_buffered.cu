@@ -6,9 +6,10 @@
 // the last FMA step it stores them into the other buffer and the block meets one __syncthreads().
 // Inside a tile, the fragment for step k+1 is read from shared memory while step k's FMAs run.
 // The block tile bm x bn, its depth bk and the thread tile rm x rn are parameters (-D BM, BK, BN,
-// RM, RN; seed 001 §3 tunes them; the default 128/16/128/8/8 is the best of the seed's table
-// on the H200, where the seed's V100 pick 128/8/128/8/8 is 12% slower); thread (ty, tx) owns rows ty*RM.. and columns tx*RN.. as in the
-// seed, which leaves shared-memory bank conflicts that rung 6 removes.
+// RM, RN; seed 001 §3 tunes them).  The default 128/8/256/16/8 was chosen on the H100: the best
+// of the seed's table (128/16/128/8/8) loses 17% when the rows are not 16-byte aligned (4095^3:
+// 4-byte loads), this one 5% (docs/perf-notes.md).  Thread (ty, tx) owns rows ty*RM.. and columns
+// tx*RN.. as in the seed, which leaves shared-memory bank conflicts that rung 6 removes.
 // Edges: unchecked interior path, zero-filled loads and checked stores at the edges; any M, N, K.
 // Constraints (checked in registry.py, asserted here): RM, RN multiples of 4; BM % RM == BN % RN
 // == 0; threads (BM/RM)*(BN/RN) <= 1024; each tile splits into whole float4s per thread.
@@ -18,13 +19,13 @@
 #define BM 128
 #endif
 #ifndef BN
-#define BN 128
+#define BN 256
 #endif
 #ifndef BK
-#define BK 16
+#define BK 8
 #endif
 #ifndef RM
-#define RM 8
+#define RM 16
 #endif
 #ifndef RN
 #define RN 8

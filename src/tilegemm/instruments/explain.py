@@ -107,10 +107,11 @@ def render(report: dict, console) -> None:
         console.print(t)
     s = r["sass"]
     t = Table(title="SASS main loop (nvdisasm; static counts, edge path included)")
-    for c in ("instructions", "FFMA", "FFMA share", "LDS", "LDG", "STS", "BAR", "reuse hits", f"reg-bank conflicts ({s['bank_model']})"):
+    for c in ("instructions", "FFMA", "FFMA share", "LDS", "LDG / LDGSTS", "STS", "BAR", "reuse hits", f"reg-bank conflicts ({s['bank_model']})"):
         t.add_column(c)
     pick = lambda base: ", ".join(f"{k.split('.')[1]}b x{v}" for k, v in sorted(s["mix"].items()) if k.startswith(base + ".")) or "-"
-    t.add_row(str(s["loop_instructions"]), str(s["ffma"]), f"{100 * s['ffma_share']:.1f}%", pick("LDS"), pick("LDG"),
+    glob = " / ".join(x for x in (pick("LDG"), pick("LDGSTS")) if x != "-") or "-"
+    t.add_row(str(s["loop_instructions"]), str(s["ffma"]), f"{100 * s['ffma_share']:.1f}%", pick("LDS"), glob,
               pick("STS"), str(s["mix"].get("BAR", 0)), f"{s['reuse_hits']}/{s['ffma_sources']}",
               str(s["register_bank_conflicts"]))
     console.print(t)

@@ -227,6 +227,9 @@ def test_register_bank_models():
     # maxwell (seed 003), bank = R % 4: FFMA 1 (2,0,2) 1 extra, FFMA 2 (3,1,3) 1, FFMA 3 (2,0,3)
     # none, FFMA 4 (R6 R8: 2,0) none, FFMA 5 (0,0,1) 1
     assert sass.inspect(_TOY, "maxwell").bank_conflicts == 3
+    # hopper (R % 2, two reads from one bank already cost): FFMA 1 and 2 three reads from one bank,
+    # 2 each; FFMA 3 (R2 R4 | R7) 1; FFMA 4 (R2 reused; R6 R8) 1; FFMA 5 (R4 R8 | R5) 1
+    assert sass.inspect(_TOY, "hopper").bank_conflicts == 7
     assert sass.width_bits("LDS.U.128") == 128 and sass.width_bits("LDG.E.CONSTANT") == 32
     assert sass.width_bits("LDG.E.U8") == 8
 

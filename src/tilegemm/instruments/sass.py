@@ -188,7 +188,12 @@ def _sources(ins: Instr) -> list[tuple[int, int | None, bool]]:
 #   assumed to follow it (an estimate, not a measurement).
 # "maxwell": seed 003 (maxas): four banks, bank = R % 4; every second read from one bank costs a
 #   cycle.
-REG_BANK_MODELS = {"volta": (2, 3), "maxwell": (4, 2)}  # (banks, reads from one bank that conflict)
+# "hopper": two banks (R % 2) as in "volta", but two non-reused source reads from one bank
+#   already cost a cycle.  Fitted to H100 timings of rung 8's variants (docs/perf-notes.md, "the
+#   register-bank trap"): scores of 348, 209 and 226 extra cycles per 1024 FFMAs went with 69%,
+#   77% and 79% of the FP32 peak (ceilings 69%, 76%, 75%), where "volta" scores 18, 0 and 0
+#   (ceilings 88-90%).  An estimate from timings, not a documented rule.
+REG_BANK_MODELS = {"volta": (2, 3), "maxwell": (4, 2), "hopper": (2, 2)}  # (banks, reads that conflict)
 
 
 @dataclass(frozen=True)

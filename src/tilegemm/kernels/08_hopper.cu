@@ -120,9 +120,10 @@ extern "C" __global__ void __launch_bounds__(NT, 1) tilegemm_kernel(TG_GEMM_PARA
     // acc[i][j] is row (i/4)*64 + tr*4 + i%4, column (j/4)*64 + tc*4 + j%4.  Stored as float4,
     // but of acc + 0 (exact: an FFMA sum started at +0 is never -0): an STG.128 of the
     // accumulators themselves needs each four in consecutive registers, and under that
-    // constraint ptxas gave 947 of the 1024 FFMAs two sources in one register bank (176 this way).
-    // Measured on the H100 (docs/perf-notes.md): 50.0 TFLOPS at 4096^3 this way, 48.9 with
-    // scalar stores, 44.0 for a version with 303 such FFMAs.
+    // constraint ptxas paired FFMA sources in one register bank far more often (SASS inspector,
+    // "hopper" model: 1036 extra cycles per tile of 1024 FFMAs, against 226 this way).  Measured
+    // on the H100 (docs/perf-notes.md): 50.0 TFLOPS at 4096^3 this way, 48.9 with scalar stores,
+    // 44.0 for an earlier version that scored 348.
     const bool interior = m0 + BM <= M && n0 + BN <= N;
 #pragma unroll
     for (int i = 0; i < TM; ++i) {

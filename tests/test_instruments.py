@@ -278,6 +278,7 @@ def test_explain_report_without_a_gpu(name):
     assert r["arch"] == "sm_80" and r["shape"] == [1000, 2000, 300]
     assert r["occupancy"]["blocks"] >= 1 and r["occupancy"]["limits"] == "sm_80 table"
     assert 0 < r["sass"]["issue_ceiling"] <= 1
+    assert 0 < r["sass"]["hopper_issue_ceiling"] <= r["sass"]["issue_ceiling"]
     assert r["roofline"]["flops"] == 2 * 1000 * 2000 * 300
     assert (r["banks"] == []) == (name == "01_naive")
     assert "measured" not in r

@@ -251,3 +251,25 @@ def test_every_depth_the_constraints_allow_compiles(name):
     assert allowed
     for bk in allowed:
         assert spec.compile({"bk": bk}, arch="sm_90").resources.registers > 0
+
+
+def test_wide_offsets_rule():
+    from tilegemm import api
+
+    assert not api.needs_wide_offsets(256, 4096, 4096)
+    assert not api.needs_wide_offsets(256, 2**31 // 257 - 1)
+    assert api.needs_wide_offsets(256, 2**31 // 257 + 1)
+    assert api.needs_wide_offsets(8, 2**31 // 9 + 1, 16)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_family_builds_with_64_bit_offsets_and_both_orders(arch):
+    from tilegemm.instruments import sass
+
+    for order in (0, 1):
+        for wide in (False, True):
+            k = registry.FAMILY.compile({"order": order}, layout="NT", arch=arch, wide=wide)
+            assert k.resources.spills == 0, (order, wide, k.resources)
+            assert not sass.uses_local_memory(sass.disassemble(k.cubin))
+    d = registry.FAMILY.defines(registry.FAMILY.params(), "NN", 4, wide=True)
+    assert d["TG_OFF64"] == 1 and "TG_OFF64" not in registry.FAMILY.defines(registry.FAMILY.params(), "NN", 4)

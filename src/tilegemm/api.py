@@ -265,6 +265,13 @@ def choose_kernel(kernel: str | None, config: dict | None = None) -> str:
     return registry.FAMILY.name
 
 
+def needs_wide_offsets(extent: int, *lds: int) -> bool:
+    """True when a tile spanning ``extent`` rows of an operand with one of the leading dimensions
+    ``lds`` can reach 2^31 elements from its first element: the cp.async kernels then use 64-bit
+    copy offsets (TG_OFF64, tg_async.cuh).  Only views with a huge leading dimension need them."""
+    return (extent + 1) * max((abs(int(ld)) for ld in lds), default=0) >= 2**31
+
+
 def vector_width(*operands: tuple) -> int:
     """4 when every (pointer, leading dimension or batch stride...) allows 16-byte accesses, else 1."""
     return 4 if all(ptr % 16 == 0 and all(s % 4 == 0 for s in rest) for ptr, *rest in operands) else 1
@@ -276,7 +283,7 @@ def vector_width(*operands: tuple) -> int:
 class _Launcher:
     """One kernel, one layout, one alignment, one device, one config: compiled and loaded once."""
 
-    def __init__(self, name: str, layout: str, vec: int, device: int, config: tuple = ()):
+    def __init__(self, name: str, layout: str, vec: int, device: int, config: tuple = (), wide: bool = False):
         spec = registry.get(name)
         props = runtime.device_properties(device)
         self.params = spec.params(dict(config))
@@ -285,7 +292,7 @@ class _Launcher:
         self.block = spec.block(self.params)
         self.smem = spec.smem(self.params)
         compiled = spec.compile(spec.compiled_params(self.params), layout, arch=props.arch, vec=vec,
-                                limits=registry.Limits.from_props(props))
+                                limits=registry.Limits.from_props(props), wide=wide)
         self.kernel = runtime.load(compiled, device)
 
     def rung(self, M, N, K, pa, lda, pb, ldb, pc, ldc, stream) -> None:
@@ -330,12 +337,16 @@ _launchers: dict[tuple, _Launcher] = {}
 _launch_lock = threading.Lock()
 
 
-def launcher(name: str, layout: str, vec: int, device: int, config: tuple = ()) -> _Launcher:
-    key = (name, layout, vec, device, config)
+def launcher(name: str, layout: str, vec: int, device: int, config: tuple = (), lds: tuple = ()) -> _Launcher:
+    """The loaded kernel for (name, layout, vec, device, config); ``lds``: the operands' leading
+    dimensions, which decide whether it needs 64-bit copy offsets."""
+    spec = registry.get(name)
+    wide = needs_wide_offsets(spec.tile_extent(spec.params(dict(config))), *lds) if lds else False
+    key = (name, layout, vec, device, config, wide)
     fn = _launchers.get(key)
     if fn is None:
         with _launch_lock:
-            fn = _launchers.get(key) or _Launcher(name, layout, vec, device, config)
+            fn = _launchers.get(key) or _Launcher(name, layout, vec, device, config, wide)
             _launchers[key] = fn
     return fn
 
@@ -503,7 +514,7 @@ def _run(p: Plan, a_ptr, b_ptr, c_ptr, d_ptr, d_b, d_lay, device, stream) -> Non
                         (pc, ldc, sc), (pd, ldd, sd))
         else:
             vec = vector_width((pa, lay_a[1], sa), (pb, lay_b[1], sb), (pd, ldd, sd))
-            fn = launcher(p.kernel, layout, vec, device, p.config)
+            fn = launcher(p.kernel, layout, vec, device, p.config, (lay_a[1], lay_b[1]))
             for i in range(count):
                 fn.rung(M, N, K, pa + 4 * i * sa, lay_a[1], pb + 4 * i * sb, lay_b[1], pd + 4 * i * sd, ldd, stream)
 
@@ -521,7 +532,7 @@ def _run_family(p: Plan, M, N, K, count, layout, device, stream, A, B, C, D) -> 
     vec = vector_width(A, B, D, *( [C] if use_c else []))
     cfg = dict(config)
     cfg.pop("splits", None)
-    fn = launcher(registry.FAMILY.name, layout, vec, device, tuple(sorted(cfg.items())))
+    fn = launcher(registry.FAMILY.name, layout, vec, device, tuple(sorted(cfg.items())), (A[1], B[1]))
     if splits == 1:
         fn.family(M, N, K, count, *A, *B, *C, *D, p.alpha, p.beta if use_c else 0.0, 1, stream)
         return
@@ -580,7 +591,7 @@ def _direct_call(rec, pa, pb, pd, device, stream) -> None:
     pre = _prepared.get(key)
     if pre is None:
         vec = vector_width((pa, lda, sa), (pb, ldb, sb), (pd, ldd, sd))
-        fn = launcher(registry.FAMILY.name, layout, vec, device, cfg)
+        fn = launcher(registry.FAMILY.name, layout, vec, device, cfg, (lda, ldb))
         grid, args = fn.family_args(M, N, K, count, 0, lda, sa, 0, ldb, sb, 0, 0, 0, 0, ldd, sd, 1.0, 0.0, 1)
         fn.kernel._allow_smem(fn.smem)
         pre = _prepared[key] = (fn.kernel._fn, grid, fn.block, args, fn.smem)

@@ -21,6 +21,7 @@ GRID = {
     "bk": (8, 16, 32), "ln": (4, 8, 16), "stages": (0, 2, 3, 4),
 }
 TOLERANCE = 1e-5
+ORDERS = (1, 0)  # the family's FFMA orders; the grid's configs take the default (1)
 
 
 def enumerate_configs(limits: registry.Limits) -> list[dict]:
@@ -86,9 +87,12 @@ def candidates(M: int, N: int, K: int, count: int, sms: int, limits: registry.Li
             per_tile[key] = per_tile.get(key, 0) + 1
             chosen.append(c)
     for must in (tuning.HUGE, tuning.BIG, tuning.heuristic(M, N, K, count, sms)):  # always measure these
-        m = {**must, "splits": must.get("splits", 1)}
-        if m not in chosen:
-            chosen.append(m)
+        # in both FFMA orders: which one ptxas allocates better differs by config and layout
+        # (docs/perf-notes.md, "FFMA order"), and these are the configs that win most often
+        for order in ORDERS:
+            m = {**must, "splits": must.get("splits", 1), "order": order}
+            if m not in chosen:
+                chosen.append(m)
     return chosen
 
 

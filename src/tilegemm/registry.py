@@ -103,7 +103,7 @@ class KernelSpec:
                 f"{self.name} with {params} breaks: " + "; ".join(bad)
             )
 
-    def defines(self, params: dict, layout: str = "NN", vec: int = 4) -> dict:
+    def defines(self, params: dict, layout: str = "NN", vec: int = 4, wide: bool = False) -> dict:
         if layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
         d = {k.upper(): v for k, v in params.items() if k not in self.runtime}
@@ -113,19 +113,26 @@ class KernelSpec:
             if vec not in (1, 4):
                 raise ValueError(f"vec must be 4 or 1, got {vec!r}")
             d["TG_VEC"] = vec
+            if wide:  # 64-bit copy offsets (tg_async.cuh): see needs_wide_offsets
+                d["TG_OFF64"] = 1
         return d
+
+    def tile_extent(self, params: dict) -> int:
+        """The most rows or columns an operand tile of this kernel spans (bm, bn or bk)."""
+        return max(*self.tile(params), int(params.get("bk", 32)))
 
     def compiled_params(self, params: dict) -> dict:
         """The parameters that select a cubin (runtime ones set to their defaults)."""
         return {k: (self.defaults[k] if k in self.runtime else v) for k, v in params.items()}
 
     def compile(self, params: dict | None = None, layout: str = "NN", arch=None,
-                use_cache: bool = True, vec: int = 4, limits: "Limits | None" = None) -> compiler.CompiledKernel:
+                use_cache: bool = True, vec: int = 4, limits: "Limits | None" = None,
+                wide: bool = False) -> compiler.CompiledKernel:
         p = self.params(params)
         arch = compiler.normalize_arch(arch)
         self.check(p, limits or Limits.for_arch(arch))
         return compiler.compile_file(
-            self.file, entry=self.entry, defines=self.defines(p, layout, vec), arch=arch,
+            self.file, entry=self.entry, defines=self.defines(p, layout, vec, wide), arch=arch,
             use_cache=use_cache,
         )
 
@@ -328,6 +335,7 @@ FAMILY_CONSTRAINTS = (
        and family_regs_estimate(p) <= min(255, lim.regs_per_sm // max(1, p["minb"] * _threads(p)))),
     _c("swizzle >= 0", lambda p, lim: p["swizzle"] >= 0),
     _c("splits >= 1", lambda p, lim: p["splits"] >= 1),
+    _c("order is 0 (FFMAs row by row) or 1 (serpentine rows)", lambda p, lim: p["order"] in (0, 1)),
 )
 
 FAMILY = KernelSpec(
@@ -337,7 +345,7 @@ FAMILY = KernelSpec(
     seed="beyond the seeds (docs/perf-notes.md)",
     # the best config of the H100/H200 sweeps at 4096^3 and 8192^3 (tuning.HUGE; rung 8's shape)
     defaults={"bm": 256, "bn": 128, "bk": 8, "tm": 16, "tn": 8, "ln": 2, "minb": 1, "swizzle": 8,
-              "stages": 3, "splits": 1},
+              "stages": 3, "splits": 1, "order": 1},
     block=lambda p: (_threads(p), 1, 1),
     tile=lambda p: (p["bm"], p["bn"]),
     smem=family_smem,

@@ -283,3 +283,55 @@ def test_repeat_calls_with_other_alignment(cp):
         out = tilegemm.matmul(a, b)
         ref = a.astype(np.float64) @ b.astype(np.float64)
         assert float(cp.linalg.norm(out - ref) / cp.linalg.norm(ref)) < TOL
+
+
+def _free_bytes(cp) -> int:
+    return cp.cuda.runtime.memGetInfo()[0]
+
+
+@pytest.mark.parametrize("order", [0, 1])
+def test_huge_leading_dimension_uses_64_bit_offsets(cp, order):
+    """A row-major A whose rows are 2^31 / 200 elements apart: a 256-row tile spans more than 2^31
+    elements, so the cp.async kernels' 32-bit copy offsets would wrap; the planner must pick the
+    TG_OFF64 build (api.needs_wide_offsets).  No copy: A is a strided view of one large buffer."""
+    M, N, K = 300, 136, 24
+    lda = 2**31 // 200
+    nbytes = 4 * ((M - 1) * lda + K)
+    if _free_bytes(cp) < nbytes + (1 << 30):
+        pytest.skip("needs about 11 GB of free GPU memory")
+    from tilegemm import api
+
+    assert api.needs_wide_offsets(256, lda, N)
+    buf = cp.empty((M - 1) * lda + K, dtype=np.float32)
+    a = cp.lib.stride_tricks.as_strided(buf, shape=(M, K), strides=(4 * lda, 4))
+    rng = cp.random.default_rng()
+    a[...] = rng.standard_normal((M, K), dtype=np.float32)
+    b = rng.standard_normal((K, N), dtype=np.float32)
+    a_host = cp.asnumpy(a)
+    for config in ({**tuning.HUGE, "splits": 1, "order": order}, {**tuning.BIG, "splits": 2, "order": order}):
+        out = cp.full((M, N), np.nan, dtype=np.float32)
+        tilegemm.matmul(a, b, out=out, config=config)
+        ref = a_host.astype(np.float64) @ cp.asnumpy(b).astype(np.float64)
+        err = np.abs(cp.asnumpy(out) - ref).max() / np.abs(ref).max()
+        assert err < TOL, (config, err)
+    assert np.array_equal(cp.asnumpy(a), a_host)  # the input is untouched
+    del buf, a
+
+
+def test_output_beyond_2_31_elements(cp):
+    """M * N > 2^31: the epilogue's row offsets must be 64-bit.  Rows are checked on a sample that
+    includes the last ones."""
+    M, N, K = 65537, 32800, 8
+    if _free_bytes(cp) < 4 * M * N + (1 << 30):
+        pytest.skip("needs about 10 GB of free GPU memory")
+    rng = cp.random.default_rng()
+    a = rng.standard_normal((M, K), dtype=np.float32)
+    b = rng.standard_normal((K, N), dtype=np.float32)
+    out = cp.full((M, N), np.nan, dtype=np.float32)
+    tilegemm.matmul(a, b, out=out)
+    rows = np.r_[0:64, M // 2 - 32:M // 2 + 32, M - 64:M]
+    ref = cp.asnumpy(a[rows]).astype(np.float64) @ cp.asnumpy(b).astype(np.float64)
+    got = cp.asnumpy(out[rows])
+    assert np.isfinite(got).all()
+    assert np.abs(got - ref).max() / np.abs(ref).max() < TOL
+    del out

@@ -87,9 +87,9 @@ extern "C" __global__ void __launch_bounds__(NT, 1) tilegemm_kernel(TG_GEMM_PARA
     const int T = (K + BK - 1) / BK;
     AsyncOperands<BM, BN, BK, NT, LDA_S, LDB_S> g;
     g.init(A, lda, B, ldb, M, N, K, m0, n0, K - T * BK, tid);
-    g.copy<true>(As, Bs, true, lda, ldb, tid);
+    g.copy<true>(tg_smem(As), tg_smem(Bs), true, lda, ldb, tid);
 #pragma unroll
-    for (int s = 1; s < STAGES - 1; ++s) g.copy<false>(As + s * SA, Bs + s * SB, s < T, lda, ldb, tid);
+    for (int s = 1; s < STAGES - 1; ++s) g.copy<false>(tg_smem(As + s * SA), tg_smem(Bs + s * SB), s < T, lda, ldb, tid);
     tg_cp_wait<STAGES - 2>();
     __syncthreads();
     float a[2][TM], b[2][TN];
@@ -99,7 +99,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) tilegemm_kernel(TG_GEMM_PARA
     int rd = 0, wr = STAGES - 1;  // the stage read now (tile t), the stage filled now (t+STAGES-1)
     for (int t = 0; t < T; ++t) {
         // the stage of tile t-1: every thread finished reading it before the last barrier
-        g.copy<false>(As + wr * SA, Bs + wr * SB, t + STAGES - 1 < T, lda, ldb, tid);
+        g.copy<false>(tg_smem(As + wr * SA), tg_smem(Bs + wr * SB), t + STAGES - 1 < T, lda, ldb, tid);
         const float *as = As + rd * SA, *bs = Bs + rd * SB;
 #pragma unroll
         for (int k = 0; k < BK - 1; ++k) {  // fragment k+1 from shared memory while k is used

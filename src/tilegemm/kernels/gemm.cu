@@ -15,7 +15,11 @@
 //   STAGES     0: tiles pass through registers into two shared buffers (rung 8's pipeline);
 //              >= 2: STAGES shared buffers filled by cp.async, STAGES - 1 tiles in flight while
 //              one is read, no staging registers and no branch in the K loop (tg_async.cuh)
-//   TG_VEC, TG_TRANS_A, TG_TRANS_B: as in every rung (tg_common.cuh, tg_tiles.cuh)
+//   ORDER      the order of a k step's TM x TN FFMAs: 0 row by row; 1 row by row, every other
+//              row backwards (a serpentine).  The FFMAs are the same; ptxas allocates registers
+//              differently, and the register-bank conflicts differ (docs/perf-notes.md)
+//   TG_VEC, TG_TRANS_A, TG_TRANS_B: as in every rung (tg_common.cuh, tg_tiles.cuh); TG_OFF64 as
+//              in tg_async.cuh
 // Grid: x = block tiles of one product (swizzled), z = batch * splits.  Split s of batch b sums k in
 // [s * k_split, min(K, (s + 1) * k_split)) and writes its own D[z]; the host then adds the splits
 // (splitk_reduce.cu), so results stay deterministic.
@@ -50,6 +54,9 @@
 #ifndef STAGES
 #define STAGES 0
 #endif
+#ifndef ORDER
+#define ORDER 1
+#endif
 
 #define ROWS_T (BM / TM)            // threads along M
 #define COLS_T (BN / TN)            // threads along N
@@ -65,6 +72,7 @@ static_assert(32 % LN == 0 && COLS_T % LN == 0 && ROWS_T % LM == 0, "warps tile 
 static_assert(NT % 32 == 0 && NT <= 1024, "whole warps, at most 1024 threads");
 static_assert(BK % 4 == 0, "BK is a multiple of 4 (float4 loads along k)");
 static_assert(STAGES == 0 || (STAGES >= 2 && STAGES <= 8), "STAGES is 0 or 2..8");
+static_assert(ORDER == 0 || ORDER == 1, "ORDER is 0 (rows) or 1 (serpentine)");
 
 #if MINB > 0
 #define TG_BOUNDS __launch_bounds__(NT, MINB)
@@ -84,7 +92,10 @@ __device__ __forceinline__ void outer(float (*acc)[TN], const float *a, const fl
 #pragma unroll
     for (int i = 0; i < TM; ++i)
 #pragma unroll
-        for (int j = 0; j < TN; ++j) acc[i][j] += a[i] * b[j];
+        for (int jj = 0; jj < TN; ++jj) {
+            const int j = (ORDER == 1 && (i & 1)) ? TN - 1 - jj : jj;
+            acc[i][j] += a[i] * b[j];
+        }
 }
 
 // D(m, n..n+3) = alpha * v (+ beta * C(m, n..n+3) when BETA); the caller takes BETA = false when
@@ -178,42 +189,43 @@ __device__ __forceinline__ void k_loop_registers(float (*acc)[TN], float *smem, 
 // The K loop with cp.async (STAGES >= 2): tiles t+1 .. t+STAGES-1 are in flight while tile t is
 // read; the copy of tile t+STAGES-1 goes into the stage tile t-1 used, which every thread finished
 // reading before the last barrier.  One barrier per tile; the first tile is the partial one, so the
-// loop itself has no edge code (tg_async.cuh).
+// loop itself has no edge code (tg_async.cuh).  A stage holds the A tile, then the B tile, so one
+// offset, moved by additions (no multiply on the FMA pipe), locates both.
 __device__ __forceinline__ void k_loop_async(float (*acc)[TN], float *smem, const float *A, tg_idx lda,
                                              const float *B, tg_idx ldb, int M, int N, int K, int m0,
                                              int n0, int tid, int ao, int bo) {
 #if STAGES >= 2
-    constexpr int SA = BK * LDA_S, SB = BK * LDB_S;  // floats per stage
-    float *As = smem;                  // [STAGES][BK][LDA_S]
-    float *Bs = smem + STAGES * SA;    // [STAGES][BK][LDB_S]
+    constexpr int SA = BK * LDA_S, SS = SA + BK * LDB_S;  // floats: A tile, whole stage [A | B]
+    const unsigned s0 = tg_smem(smem);
     const int T = (K + BK - 1) / BK;   // tiles; the first holds k in [K - T*BK, K - (T-1)*BK)
     AsyncOperands<BM, BN, BK, NT, LDA_S, LDB_S> g;
     g.init(A, lda, B, ldb, M, N, K, m0, n0, K - T * BK, tid);
-    g.template copy<true>(As, Bs, true, lda, ldb, tid);
+    g.template copy<true>(s0, s0 + 4 * SA, true, lda, ldb, tid);
 #pragma unroll
-    for (int s = 1; s < STAGES - 1; ++s) g.template copy<false>(As + s * SA, Bs + s * SB, s < T, lda, ldb, tid);
+    for (int s = 1; s < STAGES - 1; ++s) g.template copy<false>(s0 + 4 * s * SS, s0 + 4 * (s * SS + SA), s < T, lda, ldb, tid);
     tg_cp_wait<STAGES - 2>();
     __syncthreads();
     float a[2][TM], b[2][TN];
-    frag<TM / 4, ROWS_T * 4>(a[0], As + ao);
-    frag<TN / 4, COLS_T * 4>(b[0], Bs + bo);
+    const float *as0 = smem + ao, *bs0 = smem + SA + bo;  // this thread's fragments in stage 0
+    frag<TM / 4, ROWS_T * 4>(a[0], as0);
+    frag<TN / 4, COLS_T * 4>(b[0], bs0);
 
-    int rd = 0, wr = STAGES - 1;  // the stage read now (tile t), the stage filled now (t+STAGES-1)
+    int ro = 0, wo = (STAGES - 1) * SS;  // offsets of the stage read now (tile t) and filled now
     for (int t = 0; t < T; ++t) {
-        g.template copy<false>(As + wr * SA, Bs + wr * SB, t + STAGES - 1 < T, lda, ldb, tid);
-        const float *as = As + rd * SA, *bs = Bs + rd * SB;
+        g.template copy<false>(s0 + 4 * wo, s0 + 4 * (wo + SA), t + STAGES - 1 < T, lda, ldb, tid);
+        const float *as = as0 + ro, *bs = bs0 + ro;
 #pragma unroll
         for (int k = 0; k < BK - 1; ++k) {
-            frag<TM / 4, ROWS_T * 4>(a[(k + 1) % 2], as + (k + 1) * LDA_S + ao);
-            frag<TN / 4, COLS_T * 4>(b[(k + 1) % 2], bs + (k + 1) * LDB_S + bo);
+            frag<TM / 4, ROWS_T * 4>(a[(k + 1) % 2], as + (k + 1) * LDA_S);
+            frag<TN / 4, COLS_T * 4>(b[(k + 1) % 2], bs + (k + 1) * LDB_S);
             outer(acc, a[k % 2], b[k % 2]);
         }
         tg_cp_wait<STAGES - 2>();  // this thread's copies of tile t+1 have landed...
         __syncthreads();           // ...and everyone's; everyone is done reading tile t
-        wr = rd;
-        rd = rd + 1 == STAGES ? 0 : rd + 1;
-        frag<TM / 4, ROWS_T * 4>(a[BK % 2], As + rd * SA + ao);
-        frag<TN / 4, COLS_T * 4>(b[BK % 2], Bs + rd * SB + bo);
+        wo = ro;
+        ro = ro == (STAGES - 1) * SS ? 0 : ro + SS;
+        frag<TM / 4, ROWS_T * 4>(a[BK % 2], as0 + ro);
+        frag<TN / 4, COLS_T * 4>(b[BK % 2], bs0 + ro);
         outer(acc, a[(BK - 1) % 2], b[(BK - 1) % 2]);
     }
     tg_cp_wait<0>();

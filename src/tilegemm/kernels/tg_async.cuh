@@ -8,6 +8,14 @@
 // writing one element of As[k][m].  Lanes take 8 k at a time, so a warp writes 4 rows x 8 k, which
 // lands in 32 distinct banks when LD % 32 == 4.
 //
+// Addressing: each operand keeps one 64-bit pointer (moved BK along k per tile) and, per copy, an
+// element offset from it that is fixed for the whole loop: 32-bit (TG_OFF64=0), or 64-bit when the
+// host finds that a tile can span 2^31 elements of a view (a huge leading dimension; TG_OFF64=1).
+// Shared-memory destinations are 32-bit byte addresses: a per-thread base plus compile-time
+// offsets, so each copy is one LDGSTS with an immediate shared offset.  (Per-copy 64-bit pointers
+// moved every tile, the first design, cost ptxas two MOVs per copy to form aligned register pairs;
+// NT ran 45.2 TFLOPS that way and 48.2 this way on the H200, docs/perf-notes.md.)
+//
 // Edges, without a branch in the K loop:
 // - m / n beyond the matrix: the source row (or 16-byte column group) is clamped into the matrix
 //   when the pointers are set up; the values land in rows / columns of the tile whose results are
@@ -22,19 +30,29 @@
 #ifndef TG_VEC
 #define TG_VEC 4
 #endif
+#ifndef TG_OFF64
+#define TG_OFF64 0
+#endif
+#if TG_OFF64
+typedef long long tg_off;
+#else
+typedef int tg_off;
+#endif
 
-// dst[0..CP) = src[0..nbytes) then zeros; nothing is read when nbytes == 0.  Issued only if `on`.
+// the shared-memory byte address of a generic pointer into shared memory
+__device__ __forceinline__ unsigned tg_smem(const void *p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+
+// shared dst[0..CP) = src[0..nbytes) then zeros; nothing is read when nbytes == 0.  Issued only if `on`.
 template <int CP>
-__device__ __forceinline__ void tg_cp_async(float *dst, const float *src, int nbytes, bool on) {
-    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+__device__ __forceinline__ void tg_cp_async(unsigned dst, const float *src, int nbytes, bool on) {
     if (CP == 16)
         asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %3, 0;\n"
                      " @p cp.async.cg.shared.global [%0], [%1], 16, %2;\n}\n"
-                     :: "r"(s), "l"(src), "r"(nbytes), "r"((int)on) : "memory");
+                     :: "r"(dst), "l"(src), "r"(nbytes), "r"((int)on) : "memory");
     else
         asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %3, 0;\n"
                      " @p cp.async.ca.shared.global [%0], [%1], 4, %2;\n}\n"
-                     :: "r"(s), "l"(src), "r"(nbytes), "r"((int)on) : "memory");
+                     :: "r"(dst), "l"(src), "r"(nbytes), "r"((int)on) : "memory");
 }
 __device__ __forceinline__ void tg_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int PENDING>
@@ -52,7 +70,8 @@ struct AsyncTile {
     static constexpr int G = COLS < 8 ? COLS : 8;  // transposed: lanes take G consecutive k
     static_assert(N * V * THREADS == ROWS * COLS && N >= 1, "the tile splits into whole copies per thread");
     static_assert(COLS % V == 0 && (!TRANSPOSED || COLS % G == 0), "copies stay inside a row");
-    const float *p[N];
+    const float *base;  // the tile's element (0, 0), moved BK along k per tile
+    tg_off o[N];        // copy i reads base + o[i]
     int nb[N];  // bytes each copy reads: 4 * V, fewer for a 16-byte copy at the last column group
 
     // copy i of thread tid -> (row, column) in the tile.  Written so that the part that depends
@@ -90,7 +109,8 @@ struct AsyncTile {
 
     // base: element (r0, c0) of the view, the tile's first row and column (the k one is negative
     // for a partial first tile); rows x cols: the view's extent.
-    __device__ __forceinline__ void init(const float *base, tg_idx ld, int r0, int c0, int rows, int cols, int tid) {
+    __device__ __forceinline__ void init(const float *b0, tg_idx ld, int r0, int c0, int rows, int cols, int tid) {
+        base = b0;
 #pragma unroll
         for (int i = 0; i < N; ++i) {
             int r, c;
@@ -100,30 +120,36 @@ struct AsyncTile {
             if (TRANSPOSED) rr = min(rr, rows - 1);
             else if (cc >= cols) cc = 0;  // a column group wholly outside: any valid one
             nb[i] = (!TRANSPOSED && V == 4) ? 4 * min(4, cols - cc) : 4 * V;
-            p[i] = base + (tg_idx)(rr - r0) * ld + (cc - c0);
+            o[i] = (tg_off)((tg_idx)(rr - r0) * ld + (cc - c0));
         }
     }
-    // issue this tile's copies into stage s (if `on`); FIRST: zero-fill the copies with k < k_lo
+    // the element offset of copy i of thread tid in the shared tile
+    __device__ __forceinline__ static int soff(int i, int tid) {
+        int r, c;
+        place(i, tid, r, c);
+        return TRANSPOSED ? c * LD + r : r * LD + c;
+    }
+    // issue this tile's copies into the stage at shared byte address s (if `on`); FIRST: zero-fill
+    // the copies with k < k_lo.  soff(i, tid) - soff(0, tid) does not depend on tid: one base
+    // address per thread, an immediate offset per copy.
     template <bool FIRST>
-    __device__ __forceinline__ void copy(float *s, bool on, int k_lo, const float *safe, int tid) const {
+    __device__ __forceinline__ void copy(unsigned s, bool on, int k_lo, const float *safe, int tid) const {
+        const unsigned t = s + 4u * soff(0, tid);
 #pragma unroll
         for (int i = 0; i < N; ++i) {
-            int r, c;
-            place(i, tid, r, c);
-            float *d = s + (TRANSPOSED ? c * LD + r : r * LD + c);
+            const unsigned d = t + 4u * (soff(i, 0) - soff(0, 0));
             if (FIRST) {
+                int r, c;
+                place(i, tid, r, c);
                 const bool in = (TRANSPOSED ? c : r) >= k_lo;
-                tg_cp_async<4 * V>(d, in ? p[i] : safe, in ? nb[i] : 0, on);
+                tg_cp_async<4 * V>(d, in ? base + o[i] : safe, in ? nb[i] : 0, on);
             } else {
-                tg_cp_async<4 * V>(d, p[i], nb[i], on);
+                tg_cp_async<4 * V>(d, base + o[i], nb[i], on);
             }
         }
     }
     // move to the next tile: BK along k
-    __device__ __forceinline__ void next(int bk, tg_idx ld) {
-#pragma unroll
-        for (int i = 0; i < N; ++i) p[i] += TRANSPOSED ? (tg_idx)bk : bk * ld;
-    }
+    __device__ __forceinline__ void next(int bk, tg_idx ld) { base += TRANSPOSED ? (tg_idx)bk : bk * ld; }
 };
 
 // The two operands of C = A B as AsyncTiles (global orientation from TG_TRANS_A / TG_TRANS_B).
@@ -147,11 +173,12 @@ struct AsyncOperands {
         if (TG_TRANS_B) b.init(B + tg_b_off(kbeg, n0, ldb), ldb, n0, kbeg, N, K, tid);
         else            b.init(B + tg_b_off(kbeg, n0, ldb), ldb, kbeg, n0, K, N, tid);
     }
-    // issue one tile's copies into (As, Bs) and move on by BK; on == false: issue none (past K)
+    // issue one tile's copies into the stage at shared byte addresses (sa, sb) and move on by BK;
+    // on == false: issue none (past K)
     template <bool FIRST>
-    __device__ __forceinline__ void copy(float *As, float *Bs, bool on, tg_idx lda, tg_idx ldb, int tid) {
-        a.template copy<FIRST>(As, on, k_lo, A0, tid);
-        b.template copy<FIRST>(Bs, on, k_lo, B0, tid);
+    __device__ __forceinline__ void copy(unsigned sa, unsigned sb, bool on, tg_idx lda, tg_idx ldb, int tid) {
+        a.template copy<FIRST>(sa, on, k_lo, A0, tid);
+        b.template copy<FIRST>(sb, on, k_lo, B0, tid);
         a.next(BK_, lda);
         b.next(BK_, ldb);
         tg_cp_commit();

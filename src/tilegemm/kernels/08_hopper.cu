@@ -60,9 +60,9 @@ __device__ __forceinline__ void outer(float (*acc)[TN], const float *a, const fl
 
 extern "C" __global__ void __launch_bounds__(NT, 1) tilegemm_kernel(TG_GEMM_PARAMS) {
     extern __shared__ __align__(16) float smem[];
-    constexpr int SA = BK * LDA_S, SB = BK * LDB_S;  // floats per stage
-    float *As = smem;                // [STAGES][BK][LDA_S]
-    float *Bs = smem + STAGES * SA;  // [STAGES][BK][LDB_S]
+    // a stage is the A tile [BK][LDA_S] then the B tile [BK][LDB_S]: one offset locates both
+    constexpr int SA = BK * LDA_S, SS = SA + BK * LDB_S;  // floats: A tile, whole stage
+    const unsigned s0 = tg_smem(smem);
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int tr = (warp / WARPS_N) * LM + lane / LN;  // thread row 0..15
     const int tc = (warp % WARPS_N) * LN + lane % LN;  // thread column 0..15
@@ -87,32 +87,35 @@ extern "C" __global__ void __launch_bounds__(NT, 1) tilegemm_kernel(TG_GEMM_PARA
     const int T = (K + BK - 1) / BK;
     AsyncOperands<BM, BN, BK, NT, LDA_S, LDB_S> g;
     g.init(A, lda, B, ldb, M, N, K, m0, n0, K - T * BK, tid);
-    g.copy<true>(tg_smem(As), tg_smem(Bs), true, lda, ldb, tid);
+    g.copy<true>(s0, s0 + 4 * SA, true, lda, ldb, tid);
 #pragma unroll
-    for (int s = 1; s < STAGES - 1; ++s) g.copy<false>(tg_smem(As + s * SA), tg_smem(Bs + s * SB), s < T, lda, ldb, tid);
+    for (int s = 1; s < STAGES - 1; ++s) g.copy<false>(s0 + 4 * s * SS, s0 + 4 * (s * SS + SA), s < T, lda, ldb, tid);
     tg_cp_wait<STAGES - 2>();
     __syncthreads();
     float a[2][TM], b[2][TN];
-    frag<TM / 4, ROWS_T * 4>(a[0], As + ao);
-    frag<TN / 4, COLS_T * 4>(b[0], Bs + bo);
+    const float *as0 = smem + ao, *bs0 = smem + SA + bo;  // this thread's fragments in stage 0
+    frag<TM / 4, ROWS_T * 4>(a[0], as0);
+    frag<TN / 4, COLS_T * 4>(b[0], bs0);
 
-    int rd = 0, wr = STAGES - 1;  // the stage read now (tile t), the stage filled now (t+STAGES-1)
+    // offsets of the stage read now (tile t) and of the one filled now (tile t+STAGES-1), moved by
+    // additions: a multiply here (stage index x stage size) runs on the FMA pipe beside the FFMAs
+    int ro = 0, wo = (STAGES - 1) * SS;
     for (int t = 0; t < T; ++t) {
         // the stage of tile t-1: every thread finished reading it before the last barrier
-        g.copy<false>(tg_smem(As + wr * SA), tg_smem(Bs + wr * SB), t + STAGES - 1 < T, lda, ldb, tid);
-        const float *as = As + rd * SA, *bs = Bs + rd * SB;
+        g.copy<false>(s0 + 4 * wo, s0 + 4 * (wo + SA), t + STAGES - 1 < T, lda, ldb, tid);
+        const float *as = as0 + ro, *bs = bs0 + ro;
 #pragma unroll
         for (int k = 0; k < BK - 1; ++k) {  // fragment k+1 from shared memory while k is used
-            frag<TM / 4, ROWS_T * 4>(a[(k + 1) % 2], as + (k + 1) * LDA_S + ao);
-            frag<TN / 4, COLS_T * 4>(b[(k + 1) % 2], bs + (k + 1) * LDB_S + bo);
+            frag<TM / 4, ROWS_T * 4>(a[(k + 1) % 2], as + (k + 1) * LDA_S);
+            frag<TN / 4, COLS_T * 4>(b[(k + 1) % 2], bs + (k + 1) * LDB_S);
             outer(acc, a[k % 2], b[k % 2]);
         }
         tg_cp_wait<STAGES - 2>();  // this thread's copies of tile t+1 have landed...
         __syncthreads();           // ...and everyone's; everyone is done reading tile t
-        wr = rd;
-        rd = rd + 1 == STAGES ? 0 : rd + 1;
-        frag<TM / 4, ROWS_T * 4>(a[BK % 2], As + rd * SA + ao);
-        frag<TN / 4, COLS_T * 4>(b[BK % 2], Bs + rd * SB + bo);
+        wo = ro;
+        ro = ro == (STAGES - 1) * SS ? 0 : ro + SS;
+        frag<TM / 4, ROWS_T * 4>(a[BK % 2], as0 + ro);
+        frag<TN / 4, COLS_T * 4>(b[BK % 2], bs0 + ro);
         outer(acc, a[(BK - 1) % 2], b[(BK - 1) % 2]);
     }
     tg_cp_wait<0>();

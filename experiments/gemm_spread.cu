@@ -1,0 +1,319 @@
+// gemm.cu - the production kernel family behind tilegemm.matmul / tilegemm.gemm.
+//
+// D[z] = alpha * A[z] B[z] + beta * C[z] for every batch z, one kernel for all configs.  It is rung 8
+// (08_hopper.cu) with every fixed number turned into a parameter, plus what a library needs on top:
+// batches, alpha/beta, a separate C input, split-K.  The config and its constraints are declared once
+// in Python (registry.py, FAMILY); the static_asserts below repeat the ones this file relies on.
+//
+// Parameters (-D):
+//   BM, BN     block tile (rows, columns of D per block)      BK   tile depth (k per shared tile)
+//   TM, TN     thread tile, each split into 4 x 4 patches (seed 002 §5.2) so every fragment read
+//              is one LDS.128 and a quarter-warp reads one contiguous run of B
+//   LN         lanes of a warp along N (the warp is 32/LN x LN threads)
+//   MINB       blocks per SM asked of ptxas (__launch_bounds__); 0: no request
+//   SWIZZLE    block rows per group of the 1-D block order (L2 reuse, rung 8); 0/1: off
+//   STAGES     0: tiles pass through registers into two shared buffers (rung 8's pipeline);
+//              >= 2: STAGES shared buffers filled by cp.async, STAGES - 1 tiles in flight while
+//              one is read, no staging registers and no branch in the K loop (tg_async.cuh)
+//   ORDER      the order of a k step's TM x TN FFMAs: 0 row by row; 1 row by row, every other
+//              row backwards (a serpentine).  The FFMAs are the same; ptxas allocates registers
+//              differently, and the register-bank conflicts differ (docs/perf-notes.md)
+//   TG_VEC, TG_TRANS_A, TG_TRANS_B: as in every rung (tg_common.cuh, tg_tiles.cuh); TG_OFF64 as
+//              in tg_async.cuh
+// Grid: x = block tiles of one product (swizzled), z = batch * splits.  Split s of batch b sums k in
+// [s * k_split, min(K, (s + 1) * k_split)) and writes its own D[z]; the host then adds the splits
+// (splitk_reduce.cu), so results stay deterministic.
+// Edges: unchecked interior path, zero-filled predicated loads and checked stores at the edges.
+#include "tg_tiles.cuh"
+#include "tg_async.cuh"
+
+#ifndef BM
+#define BM 128
+#endif
+#ifndef BN
+#define BN 128
+#endif
+#ifndef BK
+#define BK 8
+#endif
+#ifndef TM
+#define TM 8
+#endif
+#ifndef TN
+#define TN 8
+#endif
+#ifndef LN
+#define LN 8
+#endif
+#ifndef MINB
+#define MINB 2
+#endif
+#ifndef SWIZZLE
+#define SWIZZLE 8
+#endif
+#ifndef STAGES
+#define STAGES 0
+#endif
+#ifndef ORDER
+#define ORDER 1
+#endif
+
+#define ROWS_T (BM / TM)            // threads along M
+#define COLS_T (BN / TN)            // threads along N
+#define NT (ROWS_T * COLS_T)        // threads per block
+#define LM (32 / LN)                // lanes of a warp along M
+#define WARPS_N (COLS_T / LN)
+#define PAD 4
+#define LDA_S (BM + PAD)
+#define LDB_S (BN + PAD)
+static_assert(TM % 4 == 0 && TN % 4 == 0, "thread tiles are made of 4 x 4 patches");
+static_assert(BM % TM == 0 && BN % TN == 0, "the thread tile divides the block tile");
+static_assert(32 % LN == 0 && COLS_T % LN == 0 && ROWS_T % LM == 0, "warps tile the block");
+static_assert(NT % 32 == 0 && NT <= 1024, "whole warps, at most 1024 threads");
+static_assert(BK % 4 == 0, "BK is a multiple of 4 (float4 loads along k)");
+static_assert(STAGES == 0 || (STAGES >= 2 && STAGES <= 8), "STAGES is 0 or 2..8");
+static_assert(ORDER == 0 || ORDER == 1, "ORDER is 0 (rows) or 1 (serpentine)");
+
+#if MINB > 0
+#define TG_BOUNDS __launch_bounds__(NT, MINB)
+#else
+#define TG_BOUNDS __launch_bounds__(NT)
+#endif
+
+// the 4*P values a thread needs from one k-row of a tile: P float4s, STRIDE floats apart
+template <int P, int STRIDE>
+__device__ __forceinline__ void frag(float *r, const float *row) {
+#pragma unroll
+    for (int p = 0; p < P; ++p)
+        *reinterpret_cast<float4 *>(r + 4 * p) = *reinterpret_cast<const float4 *>(row + p * STRIDE);
+}
+
+__device__ __forceinline__ void outer(float (*acc)[TN], const float *a, const float *b) {
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int jj = 0; jj < TN; ++jj) {
+            const int j = (ORDER == 1 && (i & 1)) ? TN - 1 - jj : jj;
+            acc[i][j] += a[i] * b[j];
+        }
+}
+
+#ifndef SPREAD
+#define SPREAD 1
+#endif
+// rows [I0, I1) of the outer product (serpentine by the row's parity)
+template <int I0, int I1>
+__device__ __forceinline__ void outer_rows(float (*acc)[TN], const float *a, const float *b) {
+#pragma unroll
+    for (int i = I0; i < I1; ++i)
+#pragma unroll
+        for (int jj = 0; jj < TN; ++jj) {
+            const int j = (ORDER == 1 && (i & 1)) ? TN - 1 - jj : jj;
+            acc[i][j] += a[i] * b[j];
+        }
+}
+// one k step: the outer product of (a, b), with the LDS.128s of the next fragments (na from ar,
+// nb from br) spread between its row groups instead of issued together before it
+template <int PA, int SA_, int PB, int SB_>
+__device__ __forceinline__ void step_spread(float (*acc)[TN], const float *a, const float *b, float *na, float *nb,
+                                            const float *ar, const float *br) {
+    constexpr int P = PA + PB;              // loads
+    constexpr int G = (TM + P - 1) / P;     // rows per group
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+        if (p < PB) *reinterpret_cast<float4 *>(nb + 4 * p) = *reinterpret_cast<const float4 *>(br + p * SB_);
+        else        *reinterpret_cast<float4 *>(na + 4 * (p - PB)) = *reinterpret_cast<const float4 *>(ar + (p - PB) * SA_);
+#pragma unroll
+        for (int i = p * G; i < (p + 1) * G && i < TM; ++i)
+#pragma unroll
+            for (int jj = 0; jj < TN; ++jj) {
+                const int j = (ORDER == 1 && (i & 1)) ? TN - 1 - jj : jj;
+                acc[i][j] += a[i] * b[j];
+            }
+    }
+}
+
+// D(m, n..n+3) = alpha * v (+ beta * C(m, n..n+3) when BETA); the caller takes BETA = false when
+// beta == 0, so C is not read then (BLAS semantics: NaN or Inf in C must not leak through a zero
+// beta), and the accumulators' registers are not shared with C's values in that common case.
+template <bool EDGE, bool BETA>
+__device__ __forceinline__ void store4(float *D, tg_idx ldd, const float *C, tg_idx ldc, int m, int n,
+                                       int M, int N, float4 v, float alpha, float beta) {
+    if (EDGE && m >= M) return;
+    float r[4] = {alpha * v.x, alpha * v.y, alpha * v.z, alpha * v.w};
+    float *d = D + (tg_idx)m * ldd + n;
+    const float *c = C + (tg_idx)m * ldc + n;
+    if (!EDGE && !BETA && TG_VEC == 4) {
+        *reinterpret_cast<float4 *>(d) = make_float4(r[0], r[1], r[2], r[3]);
+    } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            if (EDGE && n + j >= N) break;
+            d[j] = BETA ? r[j] + beta * c[j] : r[j];
+        }
+    }
+}
+
+// Epilogue: acc[i][j] is row (i/4)*ROWS_T*4 + tr*4 + i%4, column (j/4)*COLS_T*4 + tc*4 + j%4.
+// One float4 store per 4 x 4 patch row: a warp writes LM rows of LN*16 contiguous bytes each.
+template <bool EDGE, bool BETA>
+__device__ __forceinline__ void epilogue(float (*acc)[TN], float *D, tg_idx ldd, const float *C, tg_idx ldc,
+                                         int m0, int n0, int tr, int tc, int M, int N, float alpha, float beta) {
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+        const int m = m0 + (i / 4) * ROWS_T * 4 + tr * 4 + i % 4;
+#pragma unroll
+        for (int p = 0; p < TN / 4; ++p) {
+            const int n = n0 + p * COLS_T * 4 + tc * 4;
+            const float4 v = make_float4(acc[i][4 * p], acc[i][4 * p + 1], acc[i][4 * p + 2], acc[i][4 * p + 3]);
+            store4<EDGE, BETA>(D, ldd, C, ldc, m, n, M, N, v, alpha, beta);
+        }
+    }
+}
+
+// The K loop of rung 8 (STAGES == 0): tile t+1 is loaded into registers while tile t is read from
+// one of two shared buffers, then stored to the other; one barrier per tile.
+__device__ __forceinline__ void k_loop_registers(float (*acc)[TN], float *smem, const float *A, tg_idx lda,
+                                                 const float *B, tg_idx ldb, int M, int N, int K, int m0,
+                                                 int n0, bool interior, int tid, int ao, int bo) {
+    float *As = smem;                      // [2][BK][LDA_S]
+    float *Bs = smem + 2 * BK * LDA_S;     // [2][BK][LDB_S]
+    ATile<BM, BK, NT> ta;
+    BTile<BK, BN, NT> tb;
+    ta.start(A, lda, m0, tid);
+    tb.start(B, ldb, n0, tid);
+    float a[2][TM], b[2][TN];
+
+    if (interior && BK <= K) { ta.load<false>(lda, m0, 0, M, K, tid); tb.load<false>(ldb, 0, n0, K, N, tid); }
+    else                     { ta.load<true>(lda, m0, 0, M, K, tid);  tb.load<true>(ldb, 0, n0, K, N, tid); }
+    ta.store<LDA_S>(As, tid);
+    tb.store<LDB_S>(Bs, tid);
+    __syncthreads();
+    frag<TM / 4, ROWS_T * 4>(a[0], As + ao);
+    frag<TN / 4, COLS_T * 4>(b[0], Bs + bo);
+
+    int buf = 0;
+    for (int kt = 0; kt < K; kt += BK) {
+        const int next = kt + BK;
+        const bool more = next < K;
+        if (more) {  // prefetch tile t+1 into registers
+            ta.next(lda);
+            tb.next(ldb);
+            if (interior && next + BK <= K) { ta.load<false>(lda, m0, next, M, K, tid); tb.load<false>(ldb, next, n0, K, N, tid); }
+            else                            { ta.load<true>(lda, m0, next, M, K, tid);  tb.load<true>(ldb, next, n0, K, N, tid); }
+        }
+        const float *as = As + buf * BK * LDA_S, *bs = Bs + buf * BK * LDB_S;
+#pragma unroll
+        for (int k = 0; k < BK - 1; ++k) {
+            frag<TM / 4, ROWS_T * 4>(a[(k + 1) % 2], as + (k + 1) * LDA_S + ao);
+            frag<TN / 4, COLS_T * 4>(b[(k + 1) % 2], bs + (k + 1) * LDB_S + bo);
+            outer(acc, a[k % 2], b[k % 2]);
+        }
+        if (more) {
+            buf ^= 1;
+            ta.store<LDA_S>(As + buf * BK * LDA_S, tid);
+            tb.store<LDB_S>(Bs + buf * BK * LDB_S, tid);
+            __syncthreads();
+            frag<TM / 4, ROWS_T * 4>(a[BK % 2], As + buf * BK * LDA_S + ao);
+            frag<TN / 4, COLS_T * 4>(b[BK % 2], Bs + buf * BK * LDB_S + bo);
+        }
+        outer(acc, a[(BK - 1) % 2], b[(BK - 1) % 2]);
+    }
+}
+
+// The K loop with cp.async (STAGES >= 2): tiles t+1 .. t+STAGES-1 are in flight while tile t is
+// read; the copy of tile t+STAGES-1 goes into the stage tile t-1 used, which every thread finished
+// reading before the last barrier.  One barrier per tile; the first tile is the partial one, so the
+// loop itself has no edge code (tg_async.cuh).  A stage holds the A tile, then the B tile, so one
+// offset, moved by additions (no multiply on the FMA pipe), locates both.
+__device__ __forceinline__ void k_loop_async(float (*acc)[TN], float *smem, const float *A, tg_idx lda,
+                                             const float *B, tg_idx ldb, int M, int N, int K, int m0,
+                                             int n0, int tid, int ao, int bo) {
+#if STAGES >= 2
+    constexpr int SA = BK * LDA_S, SS = SA + BK * LDB_S;  // floats: A tile, whole stage [A | B]
+    const unsigned s0 = tg_smem(smem);
+    const int T = (K + BK - 1) / BK;   // tiles; the first holds k in [K - T*BK, K - (T-1)*BK)
+    AsyncOperands<BM, BN, BK, NT, LDA_S, LDB_S> g;
+    g.init(A, lda, B, ldb, M, N, K, m0, n0, K - T * BK, tid);
+    g.template copy<true>(s0, s0 + 4 * SA, true, lda, ldb, tid);
+#pragma unroll
+    for (int s = 1; s < STAGES - 1; ++s) g.template copy<false>(s0 + 4 * s * SS, s0 + 4 * (s * SS + SA), s < T, lda, ldb, tid);
+    tg_cp_wait<STAGES - 2>();
+    __syncthreads();
+    float a[2][TM], b[2][TN];
+    const float *as0 = smem + ao, *bs0 = smem + SA + bo;  // this thread's fragments in stage 0
+    frag<TM / 4, ROWS_T * 4>(a[0], as0);
+    frag<TN / 4, COLS_T * 4>(b[0], bs0);
+
+    int ro = 0, wo = (STAGES - 1) * SS;  // offsets of the stage read now (tile t) and filled now
+    for (int t = 0; t < T; ++t) {
+        g.template copy<false>(s0 + 4 * wo, s0 + 4 * (wo + SA), t + STAGES - 1 < T, lda, ldb, tid);
+        const float *as = as0 + ro, *bs = bs0 + ro;
+#pragma unroll
+        for (int k = 0; k < BK - 1; ++k) {
+            if (SPREAD) {
+                step_spread<TM / 4, ROWS_T * 4, TN / 4, COLS_T * 4>(acc, a[k % 2], b[k % 2], a[(k + 1) % 2], b[(k + 1) % 2],
+                                                                    as + (k + 1) * LDA_S, bs + (k + 1) * LDB_S);
+            } else {
+            frag<TM / 4, ROWS_T * 4>(a[(k + 1) % 2], as + (k + 1) * LDA_S);
+            frag<TN / 4, COLS_T * 4>(b[(k + 1) % 2], bs + (k + 1) * LDB_S);
+            outer(acc, a[k % 2], b[k % 2]);
+            }
+        }
+        tg_cp_wait<STAGES - 2>();  // this thread's copies of tile t+1 have landed...
+        __syncthreads();           // ...and everyone's; everyone is done reading tile t
+        wo = ro;
+        ro = ro == (STAGES - 1) * SS ? 0 : ro + SS;
+        frag<TM / 4, ROWS_T * 4>(a[BK % 2], as0 + ro);
+        frag<TN / 4, COLS_T * 4>(b[BK % 2], bs0 + ro);
+        outer(acc, a[(BK - 1) % 2], b[(BK - 1) % 2]);
+    }
+    tg_cp_wait<0>();
+#endif
+}
+
+extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
+    int M, int N, int K, const float *__restrict__ A, long long lda, long long sA,
+    const float *__restrict__ B, long long ldb, long long sB, const float *C, long long ldc,
+    long long sC, float *D, long long ldd, long long sD, float alpha, float beta, int k_split,
+    int splits) {
+    extern __shared__ __align__(16) float smem[];
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int tr = (warp / WARPS_N) * LM + lane / LN;  // 0 .. ROWS_T-1
+    const int tc = (warp % WARPS_N) * LN + lane % LN;  // 0 .. COLS_T-1
+
+    // which product, which k range (C and D are offset after the main loop: fewer live registers)
+    const int k0 = (blockIdx.z % splits) * k_split;
+    K = min(K - k0, k_split);
+    A += (blockIdx.z / splits) * sA + tg_a_off(0, k0, lda);
+    B += (blockIdx.z / splits) * sB + tg_b_off(k0, 0, ldb);
+
+    // 1-D grid -> (block row, block column), SWIZZLE block rows at a time (rung 8)
+    const int grid_m = (M + BM - 1) / BM, grid_n = (N + BN - 1) / BN;
+    int bm = blockIdx.x / grid_n, bn = blockIdx.x % grid_n;
+    if (SWIZZLE > 1) {
+        const int per_group = SWIZZLE * grid_n, first = (blockIdx.x / per_group) * SWIZZLE;
+        const int rows = min(grid_m - first, SWIZZLE), in_group = blockIdx.x % per_group;
+        bm = first + in_group % rows;
+        bn = in_group / rows;
+    }
+    const int m0 = bm * BM, n0 = bn * BN;
+    const bool interior = m0 + BM <= M && n0 + BN <= N;
+
+    float acc[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
+    const int ao = tr * 4, bo = tc * 4;  // a thread's first column in the As / Bs rows
+    if (STAGES >= 2) k_loop_async(acc, smem, A, lda, B, ldb, M, N, K, m0, n0, tid, ao, bo);
+    else             k_loop_registers(acc, smem, A, lda, B, ldb, M, N, K, m0, n0, interior, tid, ao, bo);
+
+    C += (blockIdx.z / splits) * sC;
+    D += blockIdx.z * sD;
+    // beta != 0 takes the checked path (scalar C reads): a fused float4 read-modify-write made
+    // ptxas spill in the main loop of the 128-register configs
+    if (beta == 0.0f && interior) epilogue<false, false>(acc, D, ldd, C, ldc, m0, n0, tr, tc, M, N, alpha, beta);
+    else if (beta == 0.0f)        epilogue<true, false>(acc, D, ldd, C, ldc, m0, n0, tr, tc, M, N, alpha, beta);
+    else                          epilogue<true, true>(acc, D, ldd, C, ldc, m0, n0, tr, tc, M, N, alpha, beta);
+}

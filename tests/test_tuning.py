@@ -39,7 +39,9 @@ def test_pruning_keeps_the_default_and_the_heuristic():
         for order in (0, 1):  # both FFMA orders of the configs that win most often
             assert {**tuning.BIG, "splits": 1, "order": order} in cands
             assert {**tuning.HUGE, "splits": 1, "order": order} in cands
+            assert {**tuning.HUGE, "splits": 1, "order": order, "ln": 8} in cands
             assert {**tuning.heuristic(*shape), "order": order} in cands
+        assert not any(registry.FAMILY.violations(registry.FAMILY.params(c), SM90) for c in cands)
 
 
 def test_split_k_only_where_tiles_are_few():

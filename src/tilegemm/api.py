@@ -307,10 +307,9 @@ class _Launcher:
     PTR_SLOTS = (3, 6, 12)  # where family_args puts the A, B and D pointers
 
     def family_args(self, M, N, K, n, pa, lda, sa, pb, ldb, sb, pc, ldc, sc, pd, ldd, sd,
-                    alpha, beta, splits, pw=0, ldw=0, pcnt=0) -> tuple:
+                    alpha, beta, splits) -> tuple:
         """(grid, argument list) of one family launch over ``n`` products: the kernel's signature
-        in one place (``tilegemm_gemm`` in gemm.cu).  Split-K (splits > 1) also takes the
-        workspace (pw, rows of ldw floats) and the per-tile counters (pcnt, all zero)."""
+        in one place (``tilegemm_gemm`` in gemm.cu)."""
         bm, bn = self.spec.tile(self.params)
         tiles = ((M + bm - 1) // bm) * ((N + bn - 1) // bn)
         if tiles > 2**31 - 1:
@@ -320,24 +319,17 @@ class _Launcher:
         i32, i64, u64, f32 = np.int32, np.int64, np.uint64, np.float32
         return (tiles, 1, n * splits), [
             i32(M), i32(N), i32(K), u64(pa), i64(lda), i64(sa), u64(pb), i64(ldb), i64(sb), u64(pc),
-            i64(ldc), i64(sc), u64(pd), i64(ldd), i64(sd), f32(alpha), f32(beta), i32(k_split), i32(splits),
-            u64(pw), i64(ldw), u64(pcnt)]
-
-    def tiles(self, M, N) -> int:
-        bm, bn = self.spec.tile(self.params)
-        return ((M + bm - 1) // bm) * ((N + bn - 1) // bn)
+            i64(ldc), i64(sc), u64(pd), i64(ldd), i64(sd), f32(alpha), f32(beta), i32(k_split), i32(splits)]
 
     def family(self, M, N, K, count, pa, lda, sa, pb, ldb, sb, pc, ldc, sc, pd, ldd, sd,
-               alpha, beta, splits, stream, pw=0, ldw=0, pcnt=0) -> None:
-        """``count`` products (batch strides sa, sb, sc, sd); with splits > 1, pw is the split-K
-        workspace (``count * splits`` planes of M rows of ldw floats) and pcnt the zeroed per-tile
-        counters of one launch (``per`` products, see split_counters)."""
+               alpha, beta, splits, stream) -> None:
+        """``count`` products (batch strides sa, sb, sc, sd); with splits > 1, D is the split-K
+        workspace (``count * splits`` products, contiguous)."""
         per = max(1, _GRID_Z // splits)
         for first in range(0, count, per):
             grid, args = self.family_args(
                 M, N, K, min(per, count - first), pa + 4 * first * sa, lda, sa, pb + 4 * first * sb, ldb, sb,
-                pc + 4 * first * sc, ldc, sc, pd + 4 * first * sd, ldd, sd, alpha, beta, splits,
-                pw + 4 * first * splits * M * ldw if pw else 0, ldw, pcnt)
+                pc + 4 * first * sc, ldc, sc, pd + 4 * first * splits * sd, ldd, sd, alpha, beta, splits)
             self.kernel(grid, self.block, tuple(args), smem=self.smem, stream=stream)
 
 
@@ -359,8 +351,9 @@ def launcher(name: str, layout: str, vec: int, device: int, config: tuple = (), 
     return fn
 
 
-def _reduce(device, M, N, count, splits, pw, pc, ldc, sc, pd, ldd, sd, alpha, beta, stream) -> None:
-    """D = alpha * (sum of the splits in W) + beta * C; splits = 0 gives beta * C (K = 0)."""
+def _reduce(device, M, N, count, splits, pw, pc, ldc, sc, pd, ldd, sd, alpha, beta, stream, ldw=0) -> None:
+    """D = alpha * (sum of the splits in W, rows of ldw floats) + beta * C; splits = 0 gives
+    beta * C (K = 0)."""
     spec = registry.REDUCE
     kern = _reducers.get(device)
     if kern is None:
@@ -370,27 +363,11 @@ def _reduce(device, M, N, count, splits, pw, pc, ldc, sc, pd, ldd, sd, alpha, be
     blocks = max(1, min(-(-total // 256), 65535 * 4))
     i32, i64, u64, f32 = np.int32, np.int64, np.uint64, np.float32
     kern((blocks, 1, 1), (256, 1, 1),
-         (i32(M), i32(N), i32(count), i32(splits), u64(pw), u64(pc), i64(ldc), i64(sc), u64(pd), i64(ldd),
+         (i32(M), i32(N), i32(count), i32(splits), u64(pw), i64(ldw), u64(pc), i64(ldc), i64(sc), u64(pd), i64(ldd),
           i64(sd), f32(alpha), f32(beta)), stream=stream)
 
 
 _reducers: dict[int, object] = {}
-_counters: dict[tuple, object] = {}
-
-
-def split_counters(device: int, stream, n: int) -> int:
-    """Pointer to ``n`` zeroed int32 split-K tile counters for launches on ``stream``.  The kernel's
-    last block per tile resets its counter, so the buffer is zero again after every launch; one
-    buffer per (device, stream) keeps launches on different streams apart (a stream runs its
-    launches in order)."""
-    cupy = runtime._cupy()
-    key = (device, getattr(stream, "ptr", 0))
-    buf = _counters.get(key)
-    if buf is None or buf.size < n:
-        with cupy.cuda.Device(device):
-            buf = cupy.zeros(max(n, 1024), dtype=np.int32)
-        _counters[key] = buf
-    return int(buf.data.ptr)
 
 
 def _stream(ops: list[Operand], device: int):
@@ -561,12 +538,14 @@ def _run_family(p: Plan, M, N, K, count, layout, device, stream, A, B, C, D) -> 
         fn.family(M, N, K, count, *A, *B, *C, *D, p.alpha, p.beta if use_c else 0.0, 1, stream)
         return
     cupy = runtime._cupy()
-    ldw = -(-N // 4) * 4  # 16-byte aligned workspace rows
+    # the splits' partials: rows padded to a multiple of 4 floats, so the float4 stores that vec = 4
+    # allows (chosen from the real output's alignment) stay aligned in the workspace too
+    ldw = -(-N // 4) * 4
     work = cupy.empty(count * splits * M * ldw, dtype=np.float32)
-    per = max(1, _GRID_Z // splits)
-    cnt = split_counters(device, stream, fn.tiles(M, N) * min(count, per))
-    fn.family(M, N, K, count, *A, *B, *C, *D, p.alpha, p.beta if use_c else 0.0, splits, stream,
-              int(work.data.ptr), ldw, cnt)
+    wp = int(work.data.ptr)
+    fn.family(M, N, K, count, *A, *B, *C, wp, ldw, M * ldw, 1.0, 0.0, splits, stream)
+    _reduce(device, M, N, count, splits, wp, C[0], C[1], C[2], D[0], D[1], D[2], p.alpha,
+            p.beta if use_c else 0.0, stream, ldw)
 
 
 # --------------------------------------------------------------------------- the repeat-call path

@@ -22,6 +22,7 @@ GRID = {
 }
 TOLERANCE = 1e-5
 ORDERS = (1, 0)  # the family's FFMA orders; the grid's configs take the default (1)
+MUST_LN = (4, 8)  # warp shapes also tried for the must-measure configs
 
 
 def enumerate_configs(limits: registry.Limits) -> list[dict]:
@@ -87,12 +88,15 @@ def candidates(M: int, N: int, K: int, count: int, sms: int, limits: registry.Li
             per_tile[key] = per_tile.get(key, 0) + 1
             chosen.append(c)
     for must in (tuning.HUGE, tuning.BIG, tuning.heuristic(M, N, K, count, sms)):  # always measure these
-        # in both FFMA orders: which one ptxas allocates better differs by config and layout
-        # (docs/perf-notes.md, "FFMA order"), and these are the configs that win most often
+        # in both FFMA orders and with the warp shapes (ln) that fit: the FFMAs are the same, but
+        # ptxas allocates registers differently, and the register-bank conflicts and the speed
+        # differ by config and layout (docs/perf-notes.md, "FFMA order").  These are the configs
+        # that win most often, so they get the extra tickets.
         for order in ORDERS:
-            m = {**must, "splits": must.get("splits", 1), "order": order}
-            if m not in chosen:
-                chosen.append(m)
+            for ln in sorted({must["ln"], *MUST_LN}):
+                m = {**must, "splits": must.get("splits", 1), "order": order, "ln": ln}
+                if m not in chosen and not F.violations(F.params(m), limits):
+                    chosen.append(m)
     return chosen
 
 

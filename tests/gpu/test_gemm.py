@@ -335,3 +335,20 @@ def test_output_beyond_2_31_elements(cp):
     assert np.isfinite(got).all()
     assert np.abs(got - ref).max() / np.abs(ref).max() < TOL
     del out
+
+
+@pytest.mark.parametrize("splits", [2, 3])
+def test_split_k_into_a_padded_output_with_odd_n(cp, splits):
+    """N % 4 != 0 with a 16-byte-aligned padded output (and B transposed, so B's ld is K): the
+    family runs with float4 stores (vec = 4), and the split-K workspace must keep them aligned."""
+    M, N, K = 200, 130, 512
+    rng = cp.random.default_rng()
+    a = rng.standard_normal((M, K), dtype=np.float32)
+    b = rng.standard_normal((N, K), dtype=np.float32).T  # NT: column-major B
+    buf = cp.full((M, 132), np.nan, dtype=np.float32)
+    out = buf[:, :N]
+    cfg = {**tuning.BIG, "splits": splits}
+    tilegemm.matmul(a, b, out=out, config=cfg)
+    ref = cp.asnumpy(a).astype(np.float64) @ cp.asnumpy(b).astype(np.float64)
+    assert np.abs(cp.asnumpy(out) - ref).max() / np.abs(ref).max() < TOL
+    assert cp.isnan(buf[:, N:]).all()  # the padding is not written

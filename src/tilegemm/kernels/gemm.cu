@@ -21,10 +21,8 @@
 //   TG_VEC, TG_TRANS_A, TG_TRANS_B: as in every rung (tg_common.cuh, tg_tiles.cuh); TG_OFF64 as
 //              in tg_async.cuh
 // Grid: x = block tiles of one product (swizzled), z = batch * splits.  Split s of batch b sums k in
-// [s * k_split, min(K, (s + 1) * k_split)) and writes its partial tile to the workspace W; the
-// block that finishes a tile last (a counter per tile, cnt) adds the splits' partials in split
-// order and writes D = alpha * sum + beta * C, so results do not depend on timing, and no second
-// kernel pass over D is needed (splitk_reduce.cu does the same sum for K = 0 only).
+// [s * k_split, min(K, (s + 1) * k_split)) and writes its own D[z]; the host then adds the splits
+// (splitk_reduce.cu), so results stay deterministic.
 // Edges: unchecked interior path, zero-filled predicated loads and checked stores at the edges.
 #include "tg_tiles.cuh"
 #include "tg_async.cuh"
@@ -234,43 +232,11 @@ __device__ __forceinline__ void k_loop_async(float (*acc)[TN], float *smem, cons
 #endif
 }
 
-// Split-K, after a block stored its partial tile: the last of the tile's `splits` blocks to arrive
-// (counter *cnt) adds the partials W[0..splits) in split order, writes D = alpha * sum + beta * C
-// and resets the counter for the next launch on the stream.  W rows are ldw floats, 16-byte
-// aligned, so the tile is read as float4s; stores go through store4 (edges, alignment, beta).
-__device__ __noinline__ void splitk_finish(const float *W, tg_idx ldw, int *cnt, const float *C, tg_idx ldc,
-                                           float *D, tg_idx ldd, int m0, int n0, int M, int N, int splits,
-                                           float alpha, float beta, int tid) {
-    __shared__ int last;
-    __threadfence();  // this block's partial is visible device-wide before it is counted
-    __syncthreads();
-    if (tid == 0) last = atomicAdd(cnt, 1) == splits - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    const tg_idx plane = (tg_idx)M * ldw;
-    const bool interior = m0 + BM <= M && n0 + BN <= N;
-    for (int e = tid; e < BM * BN / 4; e += NT) {
-        const int m = m0 + e / (BN / 4), n = n0 + (e % (BN / 4)) * 4;
-        if (m >= M || n >= N) continue;
-        const float *w = W + (tg_idx)m * ldw + n;
-        float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        for (int j = 0; j < splits; ++j) {
-            const float4 v = __ldcg(reinterpret_cast<const float4 *>(w + j * plane));
-            sum.x += v.x; sum.y += v.y; sum.z += v.z; sum.w += v.w;
-        }
-        if (beta == 0.0f && interior) store4<false, false>(D, ldd, C, ldc, m, n, M, N, sum, alpha, beta);
-        else if (beta == 0.0f)        store4<true, false>(D, ldd, C, ldc, m, n, M, N, sum, alpha, beta);
-        else                          store4<true, true>(D, ldd, C, ldc, m, n, M, N, sum, alpha, beta);
-    }
-    if (tid == 0) *cnt = 0;
-}
-
 extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
     int M, int N, int K, const float *__restrict__ A, long long lda, long long sA,
     const float *__restrict__ B, long long ldb, long long sB, const float *C, long long ldc,
     long long sC, float *D, long long ldd, long long sD, float alpha, float beta, int k_split,
-    int splits, float *W, long long ldw, int *cnt) {
+    int splits) {
     extern __shared__ __align__(16) float smem[];
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int tr = (warp / WARPS_N) * LM + lane / LN;  // 0 .. ROWS_T-1
@@ -304,23 +270,10 @@ extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
     else             k_loop_registers(acc, smem, A, lda, B, ldb, M, N, K, m0, n0, interior, tid, ao, bo);
 
     C += (blockIdx.z / splits) * sC;
-    D += (blockIdx.z / splits) * sD;
-    if (splits == 1) {
-        // beta != 0 takes the checked path (scalar C reads): a fused float4 read-modify-write made
-        // ptxas spill in the main loop of the 128-register configs
-        if (beta == 0.0f && interior) epilogue<false, false>(acc, D, ldd, C, ldc, m0, n0, tr, tc, M, N, alpha, beta);
-        else if (beta == 0.0f)        epilogue<true, false>(acc, D, ldd, C, ldc, m0, n0, tr, tc, M, N, alpha, beta);
-        else                          epilogue<true, true>(acc, D, ldd, C, ldc, m0, n0, tr, tc, M, N, alpha, beta);
-        return;
-    }
-    // split-K: this split's partial tile, unscaled, into W[z] (rows ldw floats, ldw % 4 == 0)
-    // scaled by a run-time 1: with a constant 1 ptxas stores the accumulators themselves, which ties
-    // them to register quads and costs FFMA register-bank conflicts in the main loop (rung 8's
-    // "register-bank trap"; the inspector's score went from 178 to 985 per tile)
-    const float one = splits > 0 ? 1.0f : 0.0f;
-    float *Wz = W + blockIdx.z * (tg_idx)M * ldw;
-    if (interior) epilogue<false, false>(acc, Wz, ldw, C, ldc, m0, n0, tr, tc, M, N, one, 0.0f);
-    else          epilogue<true, false>(acc, Wz, ldw, C, ldc, m0, n0, tr, tc, M, N, one, 0.0f);
-    splitk_finish(W + (blockIdx.z / splits) * splits * (tg_idx)M * ldw, ldw, cnt + (blockIdx.z / splits) * gridDim.x + blockIdx.x,
-                  C, ldc, D, ldd, m0, n0, M, N, splits, alpha, beta, tid);
+    D += blockIdx.z * sD;
+    // beta != 0 takes the checked path (scalar C reads): a fused float4 read-modify-write made
+    // ptxas spill in the main loop of the 128-register configs
+    if (beta == 0.0f && interior) epilogue<false, false>(acc, D, ldd, C, ldc, m0, n0, tr, tc, M, N, alpha, beta);
+    else if (beta == 0.0f)        epilogue<true, false>(acc, D, ldd, C, ldc, m0, n0, tr, tc, M, N, alpha, beta);
+    else                          epilogue<true, true>(acc, D, ldd, C, ldc, m0, n0, tr, tc, M, N, alpha, beta);
 }

@@ -161,3 +161,10 @@ def test_static_asserts_back_the_python_constraints():
     d["TM"] = 6
     with pytest.raises(Exception, match="4 x 4 patches"):
         compiler.compile_file("gemm.cu", entry=F.entry, defines=d, arch="sm_90", use_cache=False)
+
+
+def test_candidates_always_include_the_cp_async_pipeline():
+    for shape in [(3000, 1000, 500, 1), (1024, 1024, 1024, 1), (256, 256, 256, 1)]:
+        cands = autotune.candidates(*shape, 132, SM90, top=12)
+        grid_pipelined = [c for c in cands if c["stages"] >= 2 and "order" not in c]
+        assert len({(c["bm"], c["bn"], c["tm"], c["tn"]) for c in grid_pipelined}) >= 2, shape

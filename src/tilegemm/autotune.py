@@ -87,6 +87,16 @@ def candidates(M: int, N: int, K: int, count: int, sms: int, limits: registry.Li
         if per_tile.get(key, 0) < 2 and len(chosen) < top:
             per_tile[key] = per_tile.get(key, 0) + 1
             chosen.append(c)
+    # the score underrates the cp.async pipeline where it costs occupancy (its smem per stage), yet
+    # it wins most large shapes: keep its two best-scoring tile shapes (bk = 8, its best depth in
+    # every sweep) in the set
+    pipelined = [c for c in pool if c["stages"] >= 2 and c["bk"] == 8 and c not in chosen]
+    seen = set()
+    for c in pipelined:
+        key = (c["bm"], c["bn"], c["tm"], c["tn"], c["splits"])
+        if key not in seen and len(seen) < 2:
+            seen.add(key)
+            chosen.append(c)
     for must in (tuning.HUGE, tuning.BIG, tuning.heuristic(M, N, K, count, sms)):  # always measure these
         # in both FFMA orders and with the warp shapes (ln) that fit: the FFMAs are the same, but
         # ptxas allocates registers differently, and the register-bank conflicts and the speed

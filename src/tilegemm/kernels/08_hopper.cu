@@ -5,6 +5,7 @@
 //   flight while one is read.  No staging registers and no STS; the A tile is transposed on the
 //   way in by 4-byte copies, the B tile goes by 16-byte copies (tg_async.cuh).  The first tile is
 //   the partial one and m/n edges are clamped, so the K loop has no branch and no edge code.
+//   A stage holds the A tile then the B tile, and the read / write stages move by additions.
 // - A larger thread tile: 16 x 8 outputs per thread (four 4 x 4 patches), 256 threads on a 256 x
 //   128 block tile, one block per SM (about 240 registers).  Per k step a thread reads 16 + 8
 //   values for 128 FFMAs instead of 8 + 8 for 64.

@@ -2,9 +2,9 @@
 against float64.
 
 usage: python scripts/variants.py [--kernel NAME] --tag NAME --sizes 4096 --layouts NN NT -- FILE[:k=v,...] ...
-FILE: a .cu file that builds like gemm.cu (same entry and parameters; e.g. experiments/*.cu), or
-"gemm.cu" for the shipped one; the config is the family default unless given.  Each variant
-replaces the family's source for its own rows only.  Results: $OUT/<gpu>-<date>-<tag>.json.
+FILE: a .cu file that builds like the kernel's own (same entry and parameters), or its shipped
+file name (e.g. "gemm.cu"); the config is the kernel's default unless given.  Each variant
+replaces the kernel's source for its own rows only.  Results: $OUT/<gpu>-<date>-<tag>.json.
 """
 import argparse
 import os

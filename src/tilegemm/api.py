@@ -265,6 +265,9 @@ def choose_kernel(kernel: str | None, config: dict | None = None) -> str:
     return registry.FAMILY.name
 
 
+_WIDE_LD_MIN = 2**31 // (2**14 + 1)  # below it no tile (at most 2^14 rows) spans 2^31 elements
+
+
 def needs_wide_offsets(extent: int, *lds: int) -> bool:
     """True when a tile spanning ``extent`` rows of an operand with one of the leading dimensions
     ``lds`` can reach 2^31 elements from its first element: the cp.async kernels then use 64-bit
@@ -340,8 +343,10 @@ _launch_lock = threading.Lock()
 def launcher(name: str, layout: str, vec: int, device: int, config: tuple = (), lds: tuple = ()) -> _Launcher:
     """The loaded kernel for (name, layout, vec, device, config); ``lds``: the operands' leading
     dimensions, which decide whether it needs 64-bit copy offsets."""
-    spec = registry.get(name)
-    wide = needs_wide_offsets(spec.tile_extent(spec.params(dict(config))), *lds) if lds else False
+    wide = False
+    if lds and max(abs(int(ld)) for ld in lds) >= _WIDE_LD_MIN:  # rare: no parsing on common calls
+        spec = registry.get(name)
+        wide = needs_wide_offsets(spec.tile_extent(spec.params(dict(config))), *lds)
     key = (name, layout, vec, device, config, wide)
     fn = _launchers.get(key)
     if fn is None:

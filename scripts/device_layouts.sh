@@ -49,7 +49,10 @@ for f in sorted(glob.glob(os.path.join(raw, "lay-*-raw.csv"))):
     sf = f.replace("-raw.csv", "-sass.csv")
     if os.path.exists(sf):
         srows = list(csv.reader(open(sf)))
-        if srows:
+        # ncu writes the kernel's name on a line of its own before the header row
+        first = next((i for i, r in enumerate(srows) if r and r[0] == "Address"), None)
+        if first is not None:
+            srows = srows[first:]
             hi = {h: i for i, h in enumerate(srows[0])}
             col = hi.get("Source")
             addr = hi.get("Address")

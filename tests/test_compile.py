@@ -280,3 +280,28 @@ def test_family_builds_with_64_bit_offsets_and_both_orders(arch):
             assert not sass.uses_local_memory(sass.disassemble(k.cubin))
     d = registry.FAMILY.defines(registry.FAMILY.params(), "NN", 4, wide=True)
     assert d["TG_OFF64"] == 1 and "TG_OFF64" not in registry.FAMILY.defines(registry.FAMILY.params(), "NN", 4)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_stream_k_builds_without_spills(arch):
+    """The stream-K configs the tuner tries (sk = 1): the hand-over code compiles, spill-free, and
+    uses the acquire/release flag accesses, not local memory."""
+    from tilegemm import autotune, tuning
+    from tilegemm.instruments import sass
+
+    for base in (tuning.HUGE, tuning.BIG, autotune.SK_SMALL):
+        k = registry.FAMILY.compile({**base, "sk": 1}, layout="NN", arch=arch)
+        lst = sass.disassemble(k.cubin)
+        assert k.resources.spills == 0, (base, k.resources)
+        assert not sass.uses_local_memory(lst)
+        assert "STG.E.STRONG.GPU" in lst and "LDG.E.STRONG.GPU" in lst, "flags: release store, acquire load"
+    d = registry.FAMILY.defines(registry.FAMILY.params({"sk": 1}), "NN", 4)
+    assert d["SK"] == 1
+
+
+def test_stream_k_takes_no_split_k():
+    lim = registry.Limits.for_arch("sm_90")
+    bad = registry.FAMILY.violations(registry.FAMILY.params({"sk": 1, "splits": 2}), lim)
+    assert bad and "stream-K" in bad[0]
+    assert registry.FAMILY.violations(registry.FAMILY.params({"sk": 2}), lim)
+    assert not registry.FAMILY.violations(registry.FAMILY.params({"sk": 1}), lim)

@@ -322,7 +322,8 @@ class _Launcher:
         i32, i64, u64, f32 = np.int32, np.int64, np.uint64, np.float32
         return (tiles, 1, n * splits), [
             i32(M), i32(N), i32(K), u64(pa), i64(lda), i64(sa), u64(pb), i64(ldb), i64(sb), u64(pc),
-            i64(ldc), i64(sc), u64(pd), i64(ldd), i64(sd), f32(alpha), f32(beta), i32(k_split), i32(splits)]
+            i64(ldc), i64(sc), u64(pd), i64(ldd), i64(sd), f32(alpha), f32(beta), i32(k_split), i32(splits),
+            u64(0), u64(0), i32(0), i32(n)]
 
     def family(self, M, N, K, count, pa, lda, sa, pb, ldb, sb, pc, ldc, sc, pd, ldd, sd,
                alpha, beta, splits, stream) -> None:
@@ -334,6 +335,57 @@ class _Launcher:
                 M, N, K, min(per, count - first), pa + 4 * first * sa, lda, sa, pb + 4 * first * sb, ldb, sb,
                 pc + 4 * first * sc, ldc, sc, pd + 4 * first * splits * sd, ldd, sd, alpha, beta, splits)
             self.kernel(grid, self.block, tuple(args), smem=self.smem, stream=stream)
+
+
+    def resident_blocks(self, device: int) -> int:
+        """Blocks of this kernel that fit on one SM at once (the driver's occupancy query)."""
+        if self._resident is None:
+            from cupy_backends.cuda.api import driver
+
+            cupy = runtime._cupy()
+            with cupy.cuda.Device(device):
+                self.kernel._allow_smem(self.smem)
+                self._resident = int(driver.occupancyMaxActiveBlocksPerMultiprocessor(
+                    self.kernel._fn.ptr, int(np.prod(self.block)), self.smem))
+        return self._resident
+
+    _resident = None
+
+    def stream_k(self, M, N, K, count, pa, lda, sa, pb, ldb, sb, pc, ldc, sc, pd, ldd, sd,
+                 alpha, beta, device, stream) -> None:
+        """One stream-K launch (sk = 1) over ``count`` products: a grid of as many blocks as are
+        resident at once, each taking an equal share of the k-iterations (gemm.cu)."""
+        cupy = runtime._cupy()
+        bm, bn = self.spec.tile(self.params)
+        iters = count * ((M + bm - 1) // bm) * ((N + bn - 1) // bn) * (-(-K // self.params["bk"]))
+        resident = self.resident_blocks(device) * runtime.device_properties(device).sms
+        if resident < 1:
+            raise RuntimeError(f"stream-K config {self.params} fits no block on an SM of device {device}")
+        G = max(1, min(resident, iters))
+        work = cupy.empty(G * bm * bn, dtype=np.float32)
+        flags, epoch = _sk_flags(device, stream, G)
+        grid, args = self.family_args(M, N, K, count, pa, lda, sa, pb, ldb, sb, pc, ldc, sc, pd, ldd, sd,
+                                      alpha, beta, 1)
+        args[-4:] = [np.uint64(work.data.ptr), np.uint64(flags), np.int32(epoch), np.int32(count)]
+        self.kernel((G, 1, 1), self.block, tuple(args), smem=self.smem, stream=stream)
+
+
+# stream-K's flags: one int per block, per (device, stream), zeroed once; each launch on the stream
+# counts up an epoch that the flags are set to, so nothing resets them (launches on one stream
+# run in order; streams do not share flags)
+_sk_state: dict[tuple, list] = {}
+
+
+def _sk_flags(device: int, stream, blocks: int) -> tuple[int, int]:
+    cupy = runtime._cupy()
+    key = (device, int(getattr(stream, "ptr", 0) or 0))
+    st = _sk_state.get(key)
+    if st is None or st[0].size < blocks:
+        with cupy.cuda.Device(device):
+            st = _sk_state[key] = [cupy.zeros(max(blocks, 4096), dtype=np.int32), 0]
+            cupy.cuda.get_current_stream().synchronize()  # the zeros are in place before any use
+    st[1] = st[1] % (2**31 - 2) + 1
+    return int(st[0].data.ptr), st[1]
 
 
 _launchers: dict[tuple, _Launcher] = {}
@@ -539,6 +591,9 @@ def _run_family(p: Plan, M, N, K, count, layout, device, stream, A, B, C, D) -> 
     cfg = dict(config)
     cfg.pop("splits", None)
     fn = launcher(registry.FAMILY.name, layout, vec, device, tuple(sorted(cfg.items())), (A[1], B[1]))
+    if cfg.get("sk"):
+        fn.stream_k(M, N, K, count, *A, *B, *C, *D, p.alpha, p.beta if use_c else 0.0, device, stream)
+        return
     if splits == 1:
         fn.family(M, N, K, count, *A, *B, *C, *D, p.alpha, p.beta if use_c else 0.0, 1, stream)
         return
@@ -585,7 +640,7 @@ def _direct_launch(p: Plan, d_b, d_lay, device):
         return None
     layout = lay_a[0] + lay_b[0]
     cfg = dict(p.config) if p.config else dict(tuning.select(device, layout, M, N, K, count))
-    if int(cfg.pop("splits", 1)) != 1:
+    if int(cfg.pop("splits", 1)) != 1 or cfg.get("sk"):
         return None
     return (layout, M, N, K, count, lay_a[1], sa, lay_b[1], sb, d_lay[1], sd, tuple(sorted(cfg.items())), swap)
 

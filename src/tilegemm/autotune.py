@@ -21,6 +21,10 @@ GRID = {
     "bk": (8, 16, 32), "ln": (4, 8, 16), "stages": (0, 2, 3, 4),
 }
 TOLERANCE = 1e-5
+SK_EFF = 0.93  # stream-K's efficiency against a full wave of one-tile blocks (H100: 0.95-0.975 at 4096^3)
+# the 1024^3 winner in the first stream-K measurement (more blocks per SM than BIG)
+SK_SMALL = {"bm": 128, "bn": 128, "bk": 8, "tm": 8, "tn": 8, "ln": 4, "minb": 0, "swizzle": 8, "stages": 3}
+SK_WAVES = 3  # stream-K variants are tried where the one-tile-per-block grid has fewer waves than this
 ORDERS = (1, 0)  # the family's FFMA orders; the grid's configs take the default (1)
 MUST_LN = (4, 8)  # warp shapes also tried for the must-measure configs
 
@@ -59,6 +63,8 @@ def score(cfg: dict, M: int, N: int, K: int, count: int, sms: int, limits: regis
     resident = max(1, occ.blocks) * sms
     waves = -(-blocks // resident)
     wave_eff = blocks / (waves * resident)
+    if cfg.get("sk"):  # stream-K: no partial wave, but a slower K loop and the hand-overs (perf notes)
+        wave_eff = SK_EFF
     tile_eff = min(1.0, (cfg["tm"] * cfg["tn"]) / 64) ** 0.5 * min(1.0, occ.warps / 8) ** 0.5
     # global loads per FMA fall with the block tile: bm*bn/(bm+bn) is 64 for 128 x 128
     tile_eff *= min(1.0, cfg["bm"] * cfg["bn"] / (cfg["bm"] + cfg["bn"]) / 64) ** 0.5
@@ -97,7 +103,19 @@ def candidates(M: int, N: int, K: int, count: int, sms: int, limits: registry.Li
         if key not in seen and len(seen) < 2:
             seen.add(key)
             chosen.append(c)
-    for must in (tuning.HUGE, tuning.BIG, tuning.heuristic(M, N, K, count, sms)):  # always measure these
+    # stream-K (sk = 1) where the last partial wave costs most: few waves of tiles.  Variants of the
+    # configs that win the full-wave shapes and of the two best-scoring tile shapes
+    musts = (tuning.HUGE, tuning.BIG, tuning.heuristic(M, N, K, count, sms))
+    sk_bases = [*musts[:2], SK_SMALL] + [c for c in pool if c["splits"] == 1 and c["stages"] >= 2
+                                         and c["tm"] * c["tn"] >= 64][:1]
+    for c in sk_bases:
+        c = {**c, "splits": 1, "sk": 1}
+        threads = (c["bm"] // c["tm"]) * (c["bn"] // c["tn"])
+        occ = occupancy(threads, registry.family_regs_estimate(c), registry.family_smem(c), limits)
+        tiles = -(-M // c["bm"]) * -(-N // c["bn"]) * count
+        if tiles < SK_WAVES * max(1, occ.blocks) * sms and c not in chosen and not F.violations(F.params(c), limits):
+            chosen.append(c)
+    for must in musts:  # always measure these
         # in both FFMA orders and with the warp shapes (ln) that fit: the FFMAs are the same, but
         # ptxas allocates registers differently, and the register-bank conflicts and the speed
         # differ by config and layout (docs/perf-notes.md, "FFMA order").  These are the configs

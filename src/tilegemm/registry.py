@@ -336,16 +336,19 @@ FAMILY_CONSTRAINTS = (
     _c("swizzle >= 0", lambda p, lim: p["swizzle"] >= 0),
     _c("splits >= 1", lambda p, lim: p["splits"] >= 1),
     _c("order is 0 (FFMAs row by row) or 1 (serpentine rows)", lambda p, lim: p["order"] in (0, 1)),
+    _c("sk is 0 (a block per tile) or 1 (stream-K, which takes splits = 1)",
+       lambda p, lim: p["sk"] in (0, 1) and (p["sk"] == 0 or p["splits"] == 1)),
 )
 
 FAMILY = KernelSpec(
     name="gemm",
     file="gemm.cu",
-    summary="the production family: rung 8 with every tile size a parameter, batches, alpha/beta, split-K",
+    summary="the production family: rung 8 with every tile size a parameter, batches, alpha/beta, split-K, "
+            "stream-K",
     seed="beyond the seeds (docs/perf-notes.md)",
     # the best config of the H100/H200 sweeps at 4096^3 and 8192^3 (tuning.HUGE; rung 8's shape)
     defaults={"bm": 256, "bn": 128, "bk": 8, "tm": 16, "tn": 8, "ln": 2, "minb": 1, "swizzle": 8,
-              "stages": 3, "splits": 1, "order": 1},
+              "stages": 3, "splits": 1, "order": 1, "sk": 0},
     block=lambda p: (_threads(p), 1, 1),
     tile=lambda p: (p["bm"], p["bn"]),
     smem=family_smem,

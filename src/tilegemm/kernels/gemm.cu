@@ -20,9 +20,12 @@
 //              differently, and the register-bank conflicts differ (docs/perf-notes.md)
 //   TG_VEC, TG_TRANS_A, TG_TRANS_B: as in every rung (tg_common.cuh, tg_tiles.cuh); TG_OFF64 as
 //              in tg_async.cuh
-// Grid: x = block tiles of one product (swizzled), z = batch * splits.  Split s of batch b sums k in
-// [s * k_split, min(K, (s + 1) * k_split)) and writes its own D[z]; the host then adds the splits
-// (splitk_reduce.cu), so results stay deterministic.
+//   SK         0: one block per tile (and split).  1: stream-K (Osama et al., PPoPP'23): a fixed grid
+//              of G resident blocks shares the count * tiles * ceil(K / BK) k-iterations evenly;
+//              see tilegemm_gemm's stream-K branch
+// Grid (SK = 0): x = block tiles of one product (swizzled), z = batch * splits.  Split s of batch b
+// sums k in [s * k_split, min(K, (s + 1) * k_split)) and writes its own D[z]; the host then adds the
+// splits (splitk_reduce.cu), so results stay deterministic.
 // Edges: unchecked interior path, zero-filled predicated loads and checked stores at the edges.
 #include "tg_tiles.cuh"
 #include "tg_async.cuh"
@@ -57,6 +60,9 @@
 #ifndef ORDER
 #define ORDER 1
 #endif
+#ifndef SK
+#define SK 0
+#endif
 
 #define ROWS_T (BM / TM)            // threads along M
 #define COLS_T (BN / TN)            // threads along N
@@ -73,6 +79,7 @@ static_assert(NT % 32 == 0 && NT <= 1024, "whole warps, at most 1024 threads");
 static_assert(BK % 4 == 0, "BK is a multiple of 4 (float4 loads along k)");
 static_assert(STAGES == 0 || (STAGES >= 2 && STAGES <= 8), "STAGES is 0 or 2..8");
 static_assert(ORDER == 0 || ORDER == 1, "ORDER is 0 (rows) or 1 (serpentine)");
+static_assert(SK == 0 || SK == 1, "SK is 0 (a block per tile) or 1 (stream-K)");
 
 #if MINB > 0
 #define TG_BOUNDS __launch_bounds__(NT, MINB)
@@ -232,16 +239,68 @@ __device__ __forceinline__ void k_loop_async(float (*acc)[TN], float *smem, cons
 #endif
 }
 
+// Stream-K's helpers.  The SK = 0 kernel below spells the same steps out inline, as it was measured:
+// calling these from it changes ptxas's register allocation of the K loop in some configs (TT at
+// 256 x 128, NN at 128 x 128 with 8 x 8 threads), and with it the speed (docs/perf-notes.md).
+
+// block tile number r of a product -> (m0, n0): SWIZZLE block rows at a time (rung 8)
+__device__ __forceinline__ void tile_origin(int r, int M, int N, int &m0, int &n0) {
+    const int grid_m = (M + BM - 1) / BM, grid_n = (N + BN - 1) / BN;
+    int bm = r / grid_n, bn = r % grid_n;
+    if (SWIZZLE > 1) {
+        const int per_group = SWIZZLE * grid_n, first = (r / per_group) * SWIZZLE;
+        const int rows = min(grid_m - first, SWIZZLE), in_group = r % per_group;
+        bm = first + in_group % rows;
+        bn = in_group / rows;
+    }
+    m0 = bm * BM;
+    n0 = bn * BN;
+}
+
+// acc = the product of the tile at (m0, n0) over the K columns of A (rows of B) that A and B start at
+__device__ __forceinline__ void tile_mac(float (*acc)[TN], float *smem, const float *A, tg_idx lda, const float *B,
+                                         tg_idx ldb, int M, int N, int K, int m0, int n0, int tid, int tr, int tc) {
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
+    const int ao = tr * 4, bo = tc * 4;  // a thread's first column in the As / Bs rows
+    const bool interior = m0 + BM <= M && n0 + BN <= N;
+    if (STAGES >= 2) k_loop_async(acc, smem, A, lda, B, ldb, M, N, K, m0, n0, tid, ao, bo);
+    else             k_loop_registers(acc, smem, A, lda, B, ldb, M, N, K, m0, n0, interior, tid, ao, bo);
+}
+
+__device__ __forceinline__ void tile_store(float (*acc)[TN], float *D, tg_idx ldd, const float *C, tg_idx ldc,
+                                           int m0, int n0, int tr, int tc, int M, int N, float alpha, float beta) {
+    // beta != 0 takes the checked path (scalar C reads): a fused float4 read-modify-write made
+    // ptxas spill in the main loop of the 128-register configs
+    const bool interior = m0 + BM <= M && n0 + BN <= N;
+    if (beta == 0.0f && interior) epilogue<false, false>(acc, D, ldd, C, ldc, m0, n0, tr, tc, M, N, alpha, beta);
+    else if (beta == 0.0f)        epilogue<true, false>(acc, D, ldd, C, ldc, m0, n0, tr, tc, M, N, alpha, beta);
+    else                          epilogue<true, true>(acc, D, ldd, C, ldc, m0, n0, tr, tc, M, N, alpha, beta);
+}
+
+// stream-K's hand-over between blocks: a flag per block, set to this launch's epoch (the host counts
+// launches, so flags never need resetting); release/acquire at GPU scope, one thread per block
+__device__ __forceinline__ int tg_ld_acquire(const int *p) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void tg_st_release(int *p, int v) {
+    asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
 extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
     int M, int N, int K, const float *__restrict__ A, long long lda, long long sA,
     const float *__restrict__ B, long long ldb, long long sB, const float *C, long long ldc,
     long long sC, float *D, long long ldd, long long sD, float alpha, float beta, int k_split,
-    int splits) {
+    int splits, float *W, int *flags, int epoch, int count) {
     extern __shared__ __align__(16) float smem[];
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int tr = (warp / WARPS_N) * LM + lane / LN;  // 0 .. ROWS_T-1
     const int tc = (warp % WARPS_N) * LN + lane % LN;  // 0 .. COLS_T-1
-
+#if SK == 0
     // which product, which k range (C and D are offset after the main loop: fewer live registers)
     const int k0 = (blockIdx.z % splits) * k_split;
     K = min(K - k0, k_split);
@@ -276,4 +335,68 @@ extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
     if (beta == 0.0f && interior) epilogue<false, false>(acc, D, ldd, C, ldc, m0, n0, tr, tc, M, N, alpha, beta);
     else if (beta == 0.0f)        epilogue<true, false>(acc, D, ldd, C, ldc, m0, n0, tr, tc, M, N, alpha, beta);
     else                          epilogue<true, true>(acc, D, ldd, C, ldc, m0, n0, tr, tc, M, N, alpha, beta);
+#else
+    // Stream-K.  The count * tiles * ipt k-iterations (ipt = ceil(K / BK) per tile) are cut into
+    // gridDim.x equal contiguous ranges, one per block; all blocks are resident at once (the host
+    // sizes the grid from the occupancy query).  A block walks its range a tile segment at a time:
+    //   - a segment that starts a tile (k-iteration 0) makes the block that tile's owner: it adds
+    //     the partial sums of the later blocks that hold the rest of the tile's k-iterations, then
+    //     writes D;
+    //   - a segment that starts inside a tile can only be the block's first: the block stores its
+    //     partial sums in its slot of W and sets its flag.
+    // A block's partial comes from the start of its range and the owner reaches its part of that
+    // tile at the end of its own range, so waits are short.  The owner adds the partials in block
+    // order: results do not depend on timing.
+    float acc[TM][TN];
+    const int tiles = ((M + BM - 1) / BM) * ((N + BN - 1) / BN), ipt = (K + BK - 1) / BK;
+    const long long total = (long long)count * tiles * ipt;
+    const int G = gridDim.x, g = blockIdx.x;
+    long long it = total * g / G;
+    const long long end = total * (g + 1) / G;
+    while (it < end) {
+        const int t = (int)(it / ipt), kb = (int)(it - (long long)t * ipt);
+        const int ke = (int)min((long long)ipt, kb + (end - it)), z = t / tiles, kk = kb * BK;
+        int m0, n0;
+        tile_origin(t - z * tiles, M, N, m0, n0);
+        __syncthreads();  // the last segment's fragment reads are done before its stages are refilled
+        tile_mac(acc, smem, A + z * sA + tg_a_off(0, kk, lda), lda, B + z * sB + tg_b_off(kk, 0, ldb), ldb, M, N,
+                 min(K, ke * BK) - kk, m0, n0, tid, tr, tc);
+        float4 *slot = reinterpret_cast<float4 *>(W) + (tg_idx)g * (NT * TM * TN / 4) + tid;
+        if (kb != 0) {  // a later part of the tile: hand the partial sums to its owner
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int p = 0; p < TN / 4; ++p)
+                    __stcg(slot + (i * (TN / 4) + p) * NT,
+                           make_float4(acc[i][4 * p], acc[i][4 * p + 1], acc[i][4 * p + 2], acc[i][4 * p + 3]));
+            __syncthreads();
+            if (tid == 0) {
+                __threadfence();
+                tg_st_release(flags + g, epoch);
+            }
+        } else {
+            // the owner: blocks g+1, g+2, ... whose ranges start inside this tile hold its rest
+            const long long tile_end = (long long)(t + 1) * ipt;
+            for (int h = g + 1; h < G && total * h / G < tile_end; ++h) {
+                if (tid == 0)
+                    while (tg_ld_acquire(flags + h) != epoch) __nanosleep(32);
+                __syncthreads();
+                const float4 *other = reinterpret_cast<const float4 *>(W) + (tg_idx)h * (NT * TM * TN / 4) + tid;
+#pragma unroll
+                for (int i = 0; i < TM; ++i) {
+#pragma unroll
+                    for (int p = 0; p < TN / 4; ++p) {
+                        const float4 v = __ldcg(other + (i * (TN / 4) + p) * NT);
+                        acc[i][4 * p] += v.x;
+                        acc[i][4 * p + 1] += v.y;
+                        acc[i][4 * p + 2] += v.z;
+                        acc[i][4 * p + 3] += v.w;
+                    }
+                }
+            }
+            tile_store(acc, D + z * sD, ldd, C + z * sC, ldc, m0, n0, tr, tc, M, N, alpha, beta);
+        }
+        it += ke - kb;
+    }
+#endif
 }

@@ -25,7 +25,7 @@ def check(cupy) -> list[dict]:
     cases = [((1, 1, 1), "NN", 1), ((7, 13, 5), "NN", 1), ((300, 200, 4097), "NN", 1),
              ((129, 257, 9), "TN", 1), ((33, 65, 100000), "NN", 1), ((100, 50, 300), "NT", 3),
              ((3000, 1000, 500), "NN", 1), ((1000, 999, 777), "TT", 1), ((128, 4096, 4096), "NN", 1),
-             ((513, 255, 1031), "NN", 5)]
+             ((513, 255, 1031), "NN", 5), ((3000, 3000, 100), "NN", 1), ((500, 500, 300), "TN", 40)]
     for (M, N, K), lay, batch in cases:
         for name, cfg in SK.items():
             a, b = bench.make_operands(M, N, K, lay, batch=batch)
@@ -49,14 +49,21 @@ def check(cupy) -> list[dict]:
     return out
 
 
-TIMES = [((3000, 1000, 500), 1, ["128x128", "256x128", "128x64/regs", "128x128/8x8"]),
-         ((1024, 1024, 1024), 1, ["128x128", "256x128", "128x128/8x8"]),
-         ((128, 4096, 4096), 1, ["128x128", "128x256", "128x128/8x8"]),
-         ((512, 512, 512), 64, ["256x128", "128x128"]),
-         ((1024, 1024, 16384), 1, ["128x128", "256x128"]),
-         ((2048, 2048, 2048), 1, ["256x128", "128x128"]),
-         ((4095, 4095, 4095), 1, ["256x128", "128x128"]),
-         ((4096, 4096, 4096), 1, ["256x128"])]
+TIMES = [((3000, 1000, 500), 1, "NN", ["128x128", "128x128/8x8"]),
+         ((1024, 1024, 1024), 1, "NN", ["128x128/8x8", "128x128"]),
+         ((512, 512, 512), 64, "NN", ["256x128", "128x128"]),
+         ((2048, 2048, 2048), 8, "NN", ["256x128", "128x128"]),
+         ((4095, 4095, 4095), 1, "NN", ["256x128", "128x128"]),
+         ((4096, 4096, 4096), 1, "NN", ["256x128", "128x128"]),
+         ((4096, 4096, 4096), 1, "NT", ["256x128"]),
+         ((4096, 4096, 4096), 1, "TN", ["256x128", "128x128"]),
+         ((4096, 4096, 4096), 1, "TT", ["256x128"]),
+         ((8192, 8192, 8192), 1, "NN", ["256x128"]),
+         ((2048, 2048, 2048), 1, "NN", ["256x128", "128x128"]),
+         ((4096, 4096, 1024), 1, "NN", ["256x128"]),
+         ((128, 4096, 4096), 1, "NN", ["128x128", "128x128/8x8"]),
+         ((1024, 1024, 16384), 1, "NN", ["128x128", "256x128"]),
+         ((128, 128, 128), 256, "NN", ["128x128"])]
 
 
 def main() -> int:
@@ -66,11 +73,11 @@ def main() -> int:
     cupy = runtime._cupy()
     checks = check(cupy)
     rows = []
-    for (M, N, K), batch, names in TIMES[:3] if args.quick else TIMES:
+    for (M, N, K), batch, lay, names in TIMES[:3] if args.quick else TIMES:
         kernels = ["tilegemm"] + [("gemm", {**SK[n], "sk": 1}) for n in names]
-        for r in bench.measure(kernels, M, N, K, "NN", batch=batch):
+        for r in bench.measure(kernels, M, N, K, lay, batch=batch):
             rows.append(r)
-            print(f"time {M}x{N}x{K} x{batch} {r.kernel:9s} {r.tflops:6.2f} TFLOPS {r.ratio:5.3f}x "
+            print(f"time {M}x{N}x{K} {lay} x{batch} {r.kernel:9s} {r.tflops:6.2f} TFLOPS {r.ratio:5.3f}x "
                   f"{r.config or r.selected}", flush=True)
     doc = bench.results_document(rows, checks=checks)
     path = bench.write_results(doc, os.environ.get("OUT", "benchmarks/results"), tag="streamk")

@@ -357,7 +357,10 @@ class _Launcher:
         resident at once, each taking an equal share of the k-iterations (gemm.cu)."""
         cupy = runtime._cupy()
         bm, bn = self.spec.tile(self.params)
-        iters = count * ((M + bm - 1) // bm) * ((N + bn - 1) // bn) * (-(-K // self.params["bk"]))
+        tiles = count * ((M + bm - 1) // bm) * ((N + bn - 1) // bn)
+        if tiles > 2**31 - 1:
+            raise ValueError(f"{count} x {M} x {N} has too many {bm} x {bn} tiles for one stream-K grid")
+        iters = tiles * (-(-K // self.params["bk"]))
         resident = self.resident_blocks(device) * runtime.device_properties(device).sms
         if resident < 1:
             raise RuntimeError(f"stream-K config {self.params} fits no block on an SM of device {device}")

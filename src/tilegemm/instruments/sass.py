@@ -129,15 +129,14 @@ def loops(instrs: list[Instr], labels: dict[str, int]) -> list[tuple[int, int]]:
 
 
 def main_loop(instrs: list[Instr], labels: dict[str, int]) -> list[Instr]:
-    """The body of the loop with the most FFMAs (the smallest such loop on a tie); the whole
+    """The K loop: the smallest loop holding at least 80% of the most FFMAs any loop holds (so a
+    loop around the K loop, such as stream-K's walk over tile segments, is passed over); the whole
     program when there is no loop with an FFMA in it."""
-    best, key = None, None
-    for a, b in loops(instrs, labels):
-        body = instrs[a:b + 1]
-        k = (sum(x.base == "FFMA" for x in body), -(b - a))
-        if k[0] and (key is None or k > key):
-            best, key = body, k
-    return best if best is not None else instrs
+    bodies = [instrs[a:b + 1] for a, b in loops(instrs, labels)]
+    counts = [sum(x.base == "FFMA" for x in body) for body in bodies]
+    if not counts or not max(counts):
+        return instrs
+    return min((body for body, n in zip(bodies, counts) if n >= 0.8 * max(counts)), key=len)
 
 
 def width_bits(op: str) -> int:

@@ -336,9 +336,12 @@ extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
     else if (beta == 0.0f)        epilogue<true, false>(acc, D, ldd, C, ldc, m0, n0, tr, tc, M, N, alpha, beta);
     else                          epilogue<true, true>(acc, D, ldd, C, ldc, m0, n0, tr, tc, M, N, alpha, beta);
 #else
-    // Stream-K.  The count * tiles * ipt k-iterations (ipt = ceil(K / BK) per tile) are cut into
-    // gridDim.x equal contiguous ranges, one per block; all blocks are resident at once (the host
-    // sizes the grid from the occupancy query).  A block walks its range a tile segment at a time:
+    // Stream-K, after whole waves of whole tiles (the "data-parallel + stream-K" hybrid).  Of the
+    // count * tiles block tiles, the first dp (whole waves: a multiple of the grid) go a tile per
+    // block per wave, as without stream-K.  The k-iterations of the rest (ipt = ceil(K / BK) per
+    // tile) are cut into gridDim.x equal contiguous ranges, one per block; all blocks are resident
+    // at once (the host sizes the grid from the occupancy query).  A block walks its range a tile
+    // segment at a time:
     //   - a segment that starts a tile (k-iteration 0) makes the block that tile's owner: it adds
     //     the partial sums of the later blocks that hold the rest of the tile's k-iterations, then
     //     writes D;
@@ -349,26 +352,42 @@ extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
     // order: results do not depend on timing.
     float acc[TM][TN];
     const int tiles = ((M + BM - 1) / BM) * ((N + BN - 1) / BN), ipt = (K + BK - 1) / BK;
-    const long long total = (long long)count * tiles * ipt;
-    const int G = gridDim.x, g = blockIdx.x;
+    const int G = gridDim.x, g = blockIdx.x, dp = (count * tiles / G) * G;
+    const long long total = (long long)(count * tiles - dp) * ipt;
     long long it = total * g / G;
     const long long end = total * (g + 1) / G;
-    while (it < end) {
-        const int t = (int)(it / ipt), kb = (int)(it - (long long)t * ipt);
-        const int ke = (int)min((long long)ipt, kb + (end - it)), z = t / tiles, kk = kb * BK;
+    for (int wave = g;;) {
+        int t, kb, ke;
+        if (wave < dp) {  // a whole tile
+            t = wave;
+            kb = 0;
+            ke = ipt;
+            wave += G;
+        } else if (it < end) {  // a segment of the stream-K range
+            t = (int)(it / ipt);
+            kb = (int)(it - (long long)t * ipt);
+            ke = (int)min((long long)ipt, kb + (end - it));
+            it += ke - kb;
+            t += dp;
+        } else {
+            break;
+        }
+        const int z = t / tiles, kk = kb * BK;
         int m0, n0;
         tile_origin(t - z * tiles, M, N, m0, n0);
         __syncthreads();  // the last segment's fragment reads are done before its stages are refilled
         tile_mac(acc, smem, A + z * sA + tg_a_off(0, kk, lda), lda, B + z * sB + tg_b_off(kk, 0, ldb), ldb, M, N,
                  min(K, ke * BK) - kk, m0, n0, tid, tr, tc);
-        float4 *slot = reinterpret_cast<float4 *>(W) + (tg_idx)g * (NT * TM * TN / 4) + tid;
+        // W: a slot of TM * TN * NT floats per block, element (i, j) of every thread's acc in a
+        // row of NT.  Scalar accesses, coalesced: a float4 store of acc[i][4p..4p+3] would make ptxas
+        // keep the accumulators in aligned register quads, and the K loop's FFMAs then hit 8x more
+        // register-bank conflicts (SASS model; docs/perf-notes.md, "Stream-K")
         if (kb != 0) {  // a later part of the tile: hand the partial sums to its owner
+            float *slot = W + (tg_idx)g * (NT * TM * TN) + tid;
 #pragma unroll
             for (int i = 0; i < TM; ++i)
 #pragma unroll
-                for (int p = 0; p < TN / 4; ++p)
-                    __stcg(slot + (i * (TN / 4) + p) * NT,
-                           make_float4(acc[i][4 * p], acc[i][4 * p + 1], acc[i][4 * p + 2], acc[i][4 * p + 3]));
+                for (int j = 0; j < TN; ++j) __stcg(slot + (i * TN + j) * NT, acc[i][j]);
             __syncthreads();
             if (tid == 0) {
                 __threadfence();
@@ -376,27 +395,19 @@ extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
             }
         } else {
             // the owner: blocks g+1, g+2, ... whose ranges start inside this tile hold its rest
-            const long long tile_end = (long long)(t + 1) * ipt;
-            for (int h = g + 1; h < G && total * h / G < tile_end; ++h) {
+            const long long tile_end = (long long)(t - dp + 1) * ipt;  // in the stream-K range
+            for (int h = g + 1; ke < ipt && h < G && total * h / G < tile_end; ++h) {
                 if (tid == 0)
                     while (tg_ld_acquire(flags + h) != epoch) __nanosleep(32);
                 __syncthreads();
-                const float4 *other = reinterpret_cast<const float4 *>(W) + (tg_idx)h * (NT * TM * TN / 4) + tid;
+                const float *other = W + (tg_idx)h * (NT * TM * TN) + tid;
 #pragma unroll
-                for (int i = 0; i < TM; ++i) {
+                for (int i = 0; i < TM; ++i)
 #pragma unroll
-                    for (int p = 0; p < TN / 4; ++p) {
-                        const float4 v = __ldcg(other + (i * (TN / 4) + p) * NT);
-                        acc[i][4 * p] += v.x;
-                        acc[i][4 * p + 1] += v.y;
-                        acc[i][4 * p + 2] += v.z;
-                        acc[i][4 * p + 3] += v.w;
-                    }
-                }
+                    for (int j = 0; j < TN; ++j) acc[i][j] += __ldcg(other + (i * TN + j) * NT);
             }
             tile_store(acc, D + z * sD, ldd, C + z * sC, ldc, m0, n0, tr, tc, M, N, alpha, beta);
         }
-        it += ke - kb;
     }
 #endif
 }

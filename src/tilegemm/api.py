@@ -413,18 +413,20 @@ def launcher(name: str, layout: str, vec: int, device: int, config: tuple = (), 
 
 def _reduce(device, M, N, count, splits, pw, pc, ldc, sc, pd, ldd, sd, alpha, beta, stream, ldw=0) -> None:
     """D = alpha * (sum of the splits in W, rows of ldw floats) + beta * C; splits = 0 gives
-    beta * C (K = 0)."""
+    beta * C (K = 0).  float4 accesses where N, D (and C, when read) allow them."""
     spec = registry.REDUCE
     kern = _reducers.get(device)
     if kern is None:
         props = runtime.device_properties(device)
         kern = _reducers[device] = runtime.load(spec.compile({}, arch=props.arch), device)
-    total = M * N * count
-    blocks = max(1, min(-(-total // 256), 65535 * 4))
+    ops = [(pd, ldd, sd)] + ([(pc, ldc, sc)] if beta != 0.0 else [])
+    vec = 4 if N % 4 == 0 and ldw % 4 == 0 and vector_width(*ops) == 4 else 1
+    cols = max(1, -(-(N // vec) // 256))
+    rows = max(1, min(M * count, 65535))
     i32, i64, u64, f32 = np.int32, np.int64, np.uint64, np.float32
-    kern((blocks, 1, 1), (256, 1, 1),
+    kern((cols, rows, 1), (256, 1, 1),
          (i32(M), i32(N), i32(count), i32(splits), u64(pw), i64(ldw), u64(pc), i64(ldc), i64(sc), u64(pd), i64(ldd),
-          i64(sd), f32(alpha), f32(beta)), stream=stream)
+          i64(sd), f32(alpha), f32(beta), i32(vec)), stream=stream)
 
 
 _reducers: dict[int, object] = {}

@@ -115,6 +115,13 @@ def candidates(M: int, N: int, K: int, count: int, sms: int, limits: registry.Li
         tiles = -(-M // c["bm"]) * -(-N // c["bn"]) * count
         if tiles < SK_WAVES * max(1, occ.blocks) * sms and c not in chosen and not F.violations(F.params(c), limits):
             chosen.append(c)
+    # split-K's winners get the same tickets: the musts with the split counts of the two
+    # best-scoring split configs (long K, few tiles)
+    split_counts = []
+    for c in pool:
+        if c["splits"] > 1 and c["splits"] not in split_counts:
+            split_counts.append(c["splits"])
+    musts = musts + tuple({**m, "splits": s} for m in musts[:2] for s in split_counts[:2])
     for must in musts:  # always measure these
         # in both FFMA orders and with the warp shapes (ln) that fit: the FFMAs are the same, but
         # ptxas allocates registers differently, and the register-bank conflicts and the speed

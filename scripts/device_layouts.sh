@@ -3,7 +3,8 @@
 # family default and of cuBLAS (through cupy.matmul) at 4096^3 in the layouts of LAYOUTS, one launch
 # each, boiled down to one JSON ($RAW/layouts.json); plus the SASS of each profiled kernel (ncu's
 # source page) for the register-bank inspector.  usage: bash scripts/device_layouts.sh
-# env: LAYOUTS (default "NN NT TN TT"), CUBLAS_LAYOUTS (default "NN NT"), GEMM_CONFIG, S (size)
+# env: LAYOUTS (default "NN NT TN TT"), CUBLAS_LAYOUTS (default "NN NT"; empty: none), GEMM_CONFIG,
+# S (size), TAG (prefix of the family's run names, to profile several configs into one RAW)
 set -uo pipefail
 export PYTHONPATH="$PWD/src" PYTHONUNBUFFERED=1 TILEGEMM_CACHE_DIR=/tmp/tgcache
 RAW="${RAW:-/tmp/raw}"; mkdir -p "$RAW"
@@ -17,9 +18,9 @@ prof() {  # name, kernel regex, command...
   ncu -i "$RAW/lay-$name.ncu-rep" --page source --csv --print-source sass > "$RAW/lay-$name-sass.csv" 2>>"$RAW/lay-$name.log"
 }
 for L in ${LAYOUTS:-NN NT TN TT}; do
-  prof gemm-$L '^tilegemm_gemm$' python3 -m tilegemm.instruments.probe launch gemm $S $S $S --config "$GEMM" --layout $L
+  prof gemm-${TAG:-}$L '^tilegemm_gemm$' python3 -m tilegemm.instruments.probe launch gemm $S $S $S --config "$GEMM" --layout $L
 done
-for L in ${CUBLAS_LAYOUTS:-NN NT}; do
+for L in ${CUBLAS_LAYOUTS-NN NT}; do
   prof cublas-$L 'gemm|Kernel' python3 -c "
 from tilegemm import bench
 import cupy as cp

@@ -1,7 +1,8 @@
-"""Stream-K (sk = 1) on the GPU: correctness on hard cases, then timing beside cuBLAS and the
-shipped selection at the suite's weak shapes.
+"""Stream-K (sk = 1) and split-K summed in the kernel (sk = 2) on the GPU: correctness on hard
+cases, then timing beside cuBLAS and the shipped selection at the suite's weak shapes.
 
-usage: python scripts/streamk_probe.py [--quick]   (results: $OUT/<gpu>-<date>-streamk.json)
+usage: python scripts/streamk_probe.py [--quick | --split]   (results: $OUT/<gpu>-<date>-<tag>.json)
+--split: only the sk = 2 checks and timings (tag streamk-split)
 """
 import argparse
 import os
@@ -17,9 +18,13 @@ B128s = dict(bm=128, bn=128, bk=8, tm=8, tn=8, ln=4, minb=0, swizzle=8, stages=3
 W256 = dict(bm=128, bn=256, bk=8, tm=16, tn=8, ln=4, minb=1, swizzle=8, stages=3, order=1)
 M64 = dict(bm=128, bn=64, bk=8, tm=16, tn=4, ln=4, minb=0, swizzle=8, stages=0, order=1)
 SK = {"256x128": B256, "128x128": B128, "128x128/8x8": B128s, "128x256": W256, "128x64/regs": M64}
+# sk = 2: (name, config with its split count)
+SPLIT = {"128x128/s8": {**B128, "splits": 8}, "128x128/s4": {**B128, "splits": 4},
+         "128x256/s4": {**W256, "splits": 4}, "128x256/s8": {**W256, "splits": 8},
+         "128x128/8x8/s4": {**B128s, "splits": 4}}
 
 
-def check(cupy) -> list[dict]:
+def check(cupy, configs) -> list[dict]:
     """float64 comparisons (fresh inputs, poisoned outputs) and bitwise repeatability."""
     out = []
     cases = [((1, 1, 1), "NN", 1), ((7, 13, 5), "NN", 1), ((300, 200, 4097), "NN", 1),
@@ -27,9 +32,8 @@ def check(cupy) -> list[dict]:
              ((3000, 1000, 500), "NN", 1), ((1000, 999, 777), "TT", 1), ((128, 4096, 4096), "NN", 1),
              ((513, 255, 1031), "NN", 5), ((3000, 3000, 100), "NN", 1), ((500, 500, 300), "TN", 40)]
     for (M, N, K), lay, batch in cases:
-        for name, cfg in SK.items():
+        for name, cfg in configs.items():
             a, b = bench.make_operands(M, N, K, lay, batch=batch)
-            cfg = {**cfg, "sk": 1}
             r1 = cupy.full((batch, M, N) if batch > 1 else (M, N), np.nan, dtype=np.float32)
             api.matmul(a, b, out=r1, config=cfg)
             err = bench.rel_err(r1, a, b)
@@ -66,21 +70,32 @@ TIMES = [((3000, 1000, 500), 1, "NN", ["128x128", "128x128/8x8"]),
          ((128, 128, 128), 256, "NN", ["128x128"])]
 
 
+TIMES2 = [((128, 4096, 4096), 1, "NN", ["128x128/s8", "128x256/s8", "128x256/s4", "128x128/8x8/s4"]),
+          ((1024, 1024, 16384), 1, "NN", ["128x256/s4", "128x128/s4", "128x128/8x8/s4"]),
+          ((1024, 1024, 1024), 1, "NN", ["128x128/8x8/s4", "128x128/s4"]),
+          ((16, 4096, 4096), 1, "NN", ["128x128/s8"])]
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--split", action="store_true")
     args = p.parse_args()
     cupy = runtime._cupy()
-    checks = check(cupy)
+    configs = ({n: {**c, "sk": 2} for n, c in SPLIT.items()} if args.split
+               else {n: {**c, "sk": 1} for n, c in SK.items()})
+    checks = check(cupy, configs)
     rows = []
-    for (M, N, K), batch, lay, names in TIMES[:3] if args.quick else TIMES:
-        kernels = ["tilegemm"] + [("gemm", {**SK[n], "sk": 1}) for n in names]
+    times = TIMES2 if args.split else TIMES[:3] if args.quick else TIMES
+    for (M, N, K), batch, lay, names in times:
+        kernels = ["tilegemm"] + [("gemm", configs[n]) for n in names]
         for r in bench.measure(kernels, M, N, K, lay, batch=batch):
             rows.append(r)
             print(f"time {M}x{N}x{K} {lay} x{batch} {r.kernel:9s} {r.tflops:6.2f} TFLOPS {r.ratio:5.3f}x "
                   f"{r.config or r.selected}", flush=True)
     doc = bench.results_document(rows, checks=checks)
-    path = bench.write_results(doc, os.environ.get("OUT", "benchmarks/results"), tag="streamk")
+    path = bench.write_results(doc, os.environ.get("OUT", "benchmarks/results"),
+                               tag="streamk-split" if args.split else "streamk")
     print("wrote", path)
     return 0 if all(c["ok"] for c in checks) else 1
 

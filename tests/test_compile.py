@@ -303,5 +303,19 @@ def test_stream_k_takes_no_split_k():
     lim = registry.Limits.for_arch("sm_90")
     bad = registry.FAMILY.violations(registry.FAMILY.params({"sk": 1, "splits": 2}), lim)
     assert bad and "stream-K" in bad[0]
-    assert registry.FAMILY.violations(registry.FAMILY.params({"sk": 2}), lim)
+    assert registry.FAMILY.violations(registry.FAMILY.params({"sk": 3}), lim)
     assert not registry.FAMILY.violations(registry.FAMILY.params({"sk": 1}), lim)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_split_k_summed_in_the_kernel_builds_without_spills(arch):
+    from tilegemm import tuning
+    from tilegemm.instruments import sass
+
+    for base in (tuning.BIG, tuning.HUGE):
+        k = registry.FAMILY.compile({**base, "sk": 2}, layout="NT", arch=arch)
+        assert k.resources.spills == 0, (base, k.resources)
+        assert not sass.uses_local_memory(sass.disassemble(k.cubin))
+    lim = registry.Limits.for_arch("sm_90")
+    assert not registry.FAMILY.violations(registry.FAMILY.params({"sk": 2, "splits": 4}), lim)
+    assert registry.FAMILY.violations(registry.FAMILY.params({"sk": 3}), lim)

@@ -323,7 +323,7 @@ class _Launcher:
         return (tiles, 1, n * splits), [
             i32(M), i32(N), i32(K), u64(pa), i64(lda), i64(sa), u64(pb), i64(ldb), i64(sb), u64(pc),
             i64(ldc), i64(sc), u64(pd), i64(ldd), i64(sd), f32(alpha), f32(beta), i32(k_split), i32(splits),
-            u64(0), u64(0), i32(0), i32(n)]
+            u64(0), u64(0), i32(0), i32(n), i32(0)]
 
     def family(self, M, N, K, count, pa, lda, sa, pb, ldb, sb, pc, ldc, sc, pd, ldd, sd,
                alpha, beta, splits, stream) -> None:
@@ -369,8 +369,32 @@ class _Launcher:
         flags, epoch = _sk_flags(device, stream, G)
         grid, args = self.family_args(M, N, K, count, pa, lda, sa, pb, ldb, sb, pc, ldc, sc, pd, ldd, sd,
                                       alpha, beta, 1)
-        args[-4:] = [np.uint64(work.data.ptr), np.uint64(flags), np.int32(epoch), np.int32(count)]
+        args[-5:] = [np.uint64(work.data.ptr), np.uint64(flags), np.int32(epoch), np.int32(count), np.int32(0)]
         self.kernel((G, 1, 1), self.block, tuple(args), smem=self.smem, stream=stream)
+
+    def split_summed(self, M, N, K, count, pa, lda, sa, pb, ldb, sb, pc, ldc, sc, pd, ldd, sd,
+                     alpha, beta, splits, device, stream) -> None:
+        """Split-K summed in the kernel (sk = 2): ``splits`` blocks per tile, which wait for one
+        another, so each launch holds whole tiles and no more blocks than are resident at once."""
+        cupy = runtime._cupy()
+        bm, bn = self.spec.tile(self.params)
+        units = count * ((M + bm - 1) // bm) * ((N + bn - 1) // bn) * splits
+        if units > 2**31 - 1:
+            raise ValueError(f"{count} x {M} x {N} has too many {bm} x {bn} tiles for one grid")
+        resident = self.resident_blocks(device) * runtime.device_properties(device).sms
+        per = (resident // splits) * splits
+        if per < 1:
+            raise RuntimeError(f"split-K config {self.params} with {splits} splits: fewer blocks than that "
+                               f"fit on device {device} at once")
+        grid0, args = self.family_args(M, N, K, count, pa, lda, sa, pb, ldb, sb, pc, ldc, sc, pd, ldd, sd,
+                                       alpha, beta, splits)
+        work = cupy.empty(min(per, units) * bm * bn, dtype=np.float32)
+        for first in range(0, units, per):
+            n = min(per, units - first)
+            flags, epoch = _sk_flags(device, stream, n)
+            args[-5:] = [np.uint64(work.data.ptr), np.uint64(flags), np.int32(epoch), np.int32(count),
+                         np.int32(first)]
+            self.kernel((n, 1, 1), self.block, tuple(args), smem=self.smem, stream=stream)
 
 
 # stream-K's flags: one int per block, per (device, stream), zeroed once; each launch on the stream
@@ -596,8 +620,11 @@ def _run_family(p: Plan, M, N, K, count, layout, device, stream, A, B, C, D) -> 
     cfg = dict(config)
     cfg.pop("splits", None)
     fn = launcher(registry.FAMILY.name, layout, vec, device, tuple(sorted(cfg.items())), (A[1], B[1]))
-    if cfg.get("sk"):
+    if cfg.get("sk") == 1:
         fn.stream_k(M, N, K, count, *A, *B, *C, *D, p.alpha, p.beta if use_c else 0.0, device, stream)
+        return
+    if cfg.get("sk") == 2:
+        fn.split_summed(M, N, K, count, *A, *B, *C, *D, p.alpha, p.beta if use_c else 0.0, splits, device, stream)
         return
     if splits == 1:
         fn.family(M, N, K, count, *A, *B, *C, *D, p.alpha, p.beta if use_c else 0.0, 1, stream)

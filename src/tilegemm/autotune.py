@@ -24,6 +24,7 @@ TOLERANCE = 1e-5
 SK_EFF = 0.93  # stream-K's efficiency against a full wave of one-tile blocks (H100: 0.95-0.975 at 4096^3)
 # the 1024^3 winner in the first stream-K measurement (more blocks per SM than BIG)
 SK_SMALL = {"bm": 128, "bn": 128, "bk": 8, "tm": 8, "tn": 8, "ln": 4, "minb": 0, "swizzle": 8, "stages": 3}
+SK2_BEST = 4  # split-K configs (by score) also tried summed in the kernel (sk = 2)
 SK_WAVES = 3  # stream-K variants are tried where the one-tile-per-block grid has fewer waves than this
 ORDERS = (1, 0)  # the family's FFMA orders; the grid's configs take the default (1)
 MUST_LN = (4, 8)  # warp shapes also tried for the must-measure configs
@@ -122,6 +123,13 @@ def candidates(M: int, N: int, K: int, count: int, sms: int, limits: registry.Li
         if c["splits"] > 1 and c["splits"] not in split_counts:
             split_counts.append(c["splits"])
     musts = musts + tuple({**m, "splits": s} for m in musts[:2] for s in split_counts[:2])
+    # the same split-K configs summed in the kernel (sk = 2: no second kernel, no pass over a
+    # workspace of every split), for the best-scoring split configs and the musts with splits
+    split_cfgs = [c for c in chosen if c["splits"] > 1 and not c.get("sk")][:SK2_BEST] + [m for m in musts if m.get("splits", 1) > 1]
+    for c in split_cfgs:
+        c2 = {**c, "sk": 2}
+        if c2 not in chosen and not F.violations(F.params(c2), limits):
+            chosen.append(c2)
     for must in musts:  # always measure these
         # in both FFMA orders and with the warp shapes (ln) that fit: the FFMAs are the same, but
         # ptxas allocates registers differently, and the register-bank conflicts and the speed

@@ -336,8 +336,8 @@ FAMILY_CONSTRAINTS = (
     _c("swizzle >= 0", lambda p, lim: p["swizzle"] >= 0),
     _c("splits >= 1", lambda p, lim: p["splits"] >= 1),
     _c("order is 0 (FFMAs row by row) or 1 (serpentine rows)", lambda p, lim: p["order"] in (0, 1)),
-    _c("sk is 0 (a block per tile) or 1 (stream-K, which takes splits = 1)",
-       lambda p, lim: p["sk"] in (0, 1) and (p["sk"] == 0 or p["splits"] == 1)),
+    _c("sk is 0 (a block per tile), 1 (stream-K, which takes splits = 1) or 2 (split-K summed in the kernel)",
+       lambda p, lim: p["sk"] in (0, 1, 2) and (p["sk"] != 1 or p["splits"] == 1)),
 )
 
 FAMILY = KernelSpec(

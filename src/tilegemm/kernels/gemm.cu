@@ -22,7 +22,8 @@
 //              in tg_async.cuh
 //   SK         0: one block per tile (and split).  1: stream-K (Osama et al., PPoPP'23): a fixed grid
 //              of G resident blocks shares the count * tiles * ceil(K / BK) k-iterations evenly;
-//              see tilegemm_gemm's stream-K branch
+//              see tilegemm_gemm's stream-K branch.  2: split-K whose splits add up the tile
+//              themselves, each a share of it, with no second kernel (SK == 2 branch)
 // Grid (SK = 0): x = block tiles of one product (swizzled), z = batch * splits.  Split s of batch b
 // sums k in [s * k_split, min(K, (s + 1) * k_split)) and writes its own D[z]; the host then adds the
 // splits (splitk_reduce.cu), so results stay deterministic.
@@ -79,7 +80,7 @@ static_assert(NT % 32 == 0 && NT <= 1024, "whole warps, at most 1024 threads");
 static_assert(BK % 4 == 0, "BK is a multiple of 4 (float4 loads along k)");
 static_assert(STAGES == 0 || (STAGES >= 2 && STAGES <= 8), "STAGES is 0 or 2..8");
 static_assert(ORDER == 0 || ORDER == 1, "ORDER is 0 (rows) or 1 (serpentine)");
-static_assert(SK == 0 || SK == 1, "SK is 0 (a block per tile) or 1 (stream-K)");
+static_assert(SK >= 0 && SK <= 2, "SK is 0 (a block per tile), 1 (stream-K) or 2 (split-K summed in the kernel)");
 
 #if MINB > 0
 #define TG_BOUNDS __launch_bounds__(NT, MINB)
@@ -295,7 +296,7 @@ extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
     int M, int N, int K, const float *__restrict__ A, long long lda, long long sA,
     const float *__restrict__ B, long long ldb, long long sB, const float *C, long long ldc,
     long long sC, float *D, long long ldd, long long sD, float alpha, float beta, int k_split,
-    int splits, float *W, int *flags, int epoch, int count) {
+    int splits, float *W, int *flags, int epoch, int count, int first) {
     extern __shared__ __align__(16) float smem[];
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int tr = (warp / WARPS_N) * LM + lane / LN;  // 0 .. ROWS_T-1
@@ -335,6 +336,57 @@ extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
     if (beta == 0.0f && interior) epilogue<false, false>(acc, D, ldd, C, ldc, m0, n0, tr, tc, M, N, alpha, beta);
     else if (beta == 0.0f)        epilogue<true, false>(acc, D, ldd, C, ldc, m0, n0, tr, tc, M, N, alpha, beta);
     else                          epilogue<true, true>(acc, D, ldd, C, ldc, m0, n0, tr, tc, M, N, alpha, beta);
+#elif SK == 2
+    // Split-K summed in the kernel, the summing spread over the splits.  Block first + blockIdx.x is
+    // split s of tile t (splits consecutive blocks per tile; the host launches whole tiles, at most
+    // as many blocks as are resident at once).  Each block stores its partial sums in its slot of W
+    // and sets its flag; once the tile's splits have all set theirs, block s adds up its share of
+    // the tile (the float4 groups q of every thread's acc in [s Q / splits, (s + 1) Q / splits))
+    // over the splits, in split order (results do not depend on timing), and writes it to D.
+    float acc[TM][TN];
+    constexpr int Q = TM * TN / 4, SLOT = NT * TM * TN;
+    const int tiles = ((M + BM - 1) / BM) * ((N + BN - 1) / BN);
+    const int u = first + blockIdx.x, t = u / splits, s = u - t * splits, z = t / tiles;
+    int m0, n0;
+    tile_origin(t - z * tiles, M, N, m0, n0);
+    const int k0 = s * k_split;
+    tile_mac(acc, smem, A + z * sA + tg_a_off(0, k0, lda), lda, B + z * sB + tg_b_off(k0, 0, ldb), ldb, M, N,
+             min(K - k0, k_split), m0, n0, tid, tr, tc);
+    // scalar, coalesced stores (a float4 store of raw accumulators ties them to register quads)
+    float *slot = W + (tg_idx)blockIdx.x * SLOT + tid;
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) __stcg(slot + (i * TN + j) * NT, acc[i][j]);
+    __syncthreads();
+    const int b0 = blockIdx.x - s;  // the tile's first block in this launch
+    if (tid == 0) {
+        __threadfence();
+        tg_st_release(flags + blockIdx.x, epoch);
+        for (int h = 0; h < splits; ++h)
+            while (tg_ld_acquire(flags + b0 + h) != epoch) __nanosleep(64);
+    }
+    __syncthreads();
+    const float *w0 = W + (tg_idx)b0 * SLOT + tid;
+    const bool interior = m0 + BM <= M && n0 + BN <= N;
+    C += z * sC;
+    D += z * sD;
+#pragma unroll 1
+    for (int q = s * Q / splits; q < (s + 1) * Q / splits; ++q) {
+        const int i = q / (TN / 4), p = q - i * (TN / 4);
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        const float *w = w0 + (i * TN + 4 * p) * NT;
+        for (int h = 0; h < splits; ++h, w += SLOT) {
+            v.x += __ldcg(w);
+            v.y += __ldcg(w + NT);
+            v.z += __ldcg(w + 2 * NT);
+            v.w += __ldcg(w + 3 * NT);
+        }
+        const int m = m0 + (i / 4) * ROWS_T * 4 + tr * 4 + i % 4, n = n0 + p * COLS_T * 4 + tc * 4;
+        if (beta == 0.0f && interior) store4<false, false>(D, ldd, C, ldc, m, n, M, N, v, alpha, beta);
+        else if (beta == 0.0f)        store4<true, false>(D, ldd, C, ldc, m, n, M, N, v, alpha, beta);
+        else                          store4<true, true>(D, ldd, C, ldc, m, n, M, N, v, alpha, beta);
+    }
 #else
     // Stream-K, after whole waves of whole tiles (the "data-parallel + stream-K" hybrid).  Of the
     // count * tiles block tiles, the first dp (whole waves: a multiple of the grid) go a tile per

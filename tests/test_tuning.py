@@ -63,6 +63,18 @@ def test_heuristic():
     assert tuning.heuristic(16, 16, 16, 1)["splits"] == 1  # K too short to share
 
 
+
+def test_heuristic_stream_k_rule():
+    """Stream-K with BIG's tiles for a partial wave of them whose operands fit in half the L2
+    (measured: scripts/heuristic_probe.py); not for long K on few tiles, tiny shapes, large ones."""
+    for shape in ((3000, 1000, 500, 1), (1024, 1024, 1024, 1), (1500, 1500, 1500, 1)):
+        assert tuning.heuristic(*shape) == {**tuning.BIG, "splits": 1, "sk": 1}, shape
+    for shape in ((128, 4096, 4096, 1), (256, 256, 256, 1), (128, 128, 128, 256), (4096, 4096, 4096, 1),
+                  (2048, 2048, 2048, 1)):
+        assert not tuning.heuristic(*shape).get("sk"), shape
+    assert not tuning.heuristic(1500, 1500, 1500, 1, l2_bytes=8 << 20).get("sk")  # operands beyond L2 / 2
+
+
 def test_bucket():
     assert tuning.bucket(4096, 4096, 4096, 1) == (12, 12, 12, 0, 0)
     assert tuning.bucket(4095, 4095, 4095, 1) == (12, 12, 12, 0, 1)  # same sizes, but edges

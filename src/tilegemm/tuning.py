@@ -48,11 +48,18 @@ def _blocks(cfg, M, N, count) -> int:
     return -(-M // cfg["bm"]) * -(-N // cfg["bn"]) * count
 
 
-def heuristic(M: int, N: int, K: int, count: int, sms: int = 132) -> dict:
-    """A sound config for any GPU: the largest tile that still gives every SM work, then split-K
-    when even the small tile leaves SMs idle and K is long enough to share."""
+def heuristic(M: int, N: int, K: int, count: int, sms: int = 132, l2_bytes: int = 50 << 20) -> dict:
+    """A sound config for any GPU: the largest tile that still gives every SM work; stream-K with
+    BIG's tiles where they fill less than one wave of its two blocks per SM but at least a fifth
+    of it, each block gets >= 16 k-steps and the operands fit in half the L2 (docs/perf-notes.md,
+    "Stream-K": 3000x1000x500 and 1024^3); then split-K when even the small tile leaves SMs idle
+    and K is long enough to share."""
     if _blocks(HUGE, M, N, count) >= 2 * sms:
         return {**HUGE, "splits": 1}
+    tiles, slots = _blocks(BIG, M, N, count), 2 * sms
+    if (tiles < slots and 5 * tiles >= slots and tiles * -(-K // BIG["bk"]) >= 16 * slots
+            and 4 * count * (M * K + K * N) <= l2_bytes // 2):
+        return {**BIG, "splits": 1, "sk": 1}
     for cfg in (BIG, MEDIUM, SMALL):
         if _blocks(cfg, M, N, count) >= sms:
             return {**cfg, "splits": 1}
@@ -183,7 +190,7 @@ class Selector:
             if tuned_for != layout and spills(cfg, layout, self.props.arch):
                 continue
             return cfg, name
-        return heuristic(M, N, K, count, self.props.sms), "heuristic"
+        return heuristic(M, N, K, count, self.props.sms, getattr(self.props, "l2_bytes", 0) or (50 << 20)), "heuristic"
 
     def __call__(self, layout, M, N, K, count) -> dict:
         key = (layout, M, N, K, count)

@@ -361,12 +361,9 @@ def test_split_k_into_a_padded_output_with_odd_n(cp, splits):
     assert cp.isnan(buf[:, N:]).all()  # the padding is not written
 
 
-@pytest.mark.parametrize("cfg", [{**tuning.BIG, "sk": 1}, {**tuning.HUGE, "sk": 1}, {**autotune.SK_SMALL, "sk": 1}])
-@pytest.mark.parametrize("shape", [(3000, 1000, 500, 1), (33, 65, 40000, 1), (513, 255, 1031, 3), (1, 1, 1, 1)])
-def test_stream_k_is_correct_and_repeatable(cp, cfg, shape):
-    """Stream-K at shapes where tiles are split among blocks (many partials per tile at long K,
-    batches, edges): float64 agreement, alpha/beta, and bit-identical repeats (the owner adds the
-    partials in a fixed order)."""
+def _correct_and_repeatable(cp, cfg, shape, alpha, beta):
+    """matmul with ``cfg`` (fresh inputs, NaN-poisoned outputs) against float64, twice with
+    bit-identical results; then gemm with alpha/beta and a C."""
     M, N, K, batch = shape
     rng = cp.random.default_rng()
     lead = (batch,) if batch > 1 else ()
@@ -381,9 +378,18 @@ def test_stream_k_is_correct_and_repeatable(cp, cfg, shape):
         outs.append(out)
     assert float(cp.linalg.norm(outs[0] - ref) / cp.linalg.norm(ref)) < TOL
     assert bool(cp.array_equal(outs[0], outs[1]))
-    g = tilegemm.gemm(a, b, c, alpha=-0.5, beta=2.0, config=cfg)
-    gref = -0.5 * ref + 2.0 * c.astype(np.float64)
+    g = tilegemm.gemm(a, b, c, alpha=alpha, beta=beta, config=cfg)
+    gref = alpha * ref + beta * c.astype(np.float64)
     assert float(cp.linalg.norm(g - gref) / cp.linalg.norm(gref)) < TOL
+
+
+@pytest.mark.parametrize("cfg", [{**tuning.BIG, "sk": 1}, {**tuning.HUGE, "sk": 1}, {**autotune.SK_SMALL, "sk": 1}])
+@pytest.mark.parametrize("shape", [(3000, 1000, 500, 1), (33, 65, 40000, 1), (513, 255, 1031, 3), (1, 1, 1, 1)])
+def test_stream_k_is_correct_and_repeatable(cp, cfg, shape):
+    """Stream-K at shapes where tiles are split among blocks (many partials per tile at long K,
+    batches, edges): float64 agreement, alpha/beta, and bit-identical repeats (the owner adds the
+    partials in a fixed order)."""
+    _correct_and_repeatable(cp, cfg, shape, alpha=-0.5, beta=2.0)
 
 
 def test_stream_k_on_two_streams_at_once(cp):
@@ -414,20 +420,4 @@ def test_stream_k_on_two_streams_at_once(cp):
 def test_split_k_summed_in_the_kernel(cp, cfg, shape):
     """sk = 2 against float64 and against itself (bit-identical repeats), with alpha/beta; at
     2000 x 2000 the tiles' splits exceed the resident blocks, so it takes several launches."""
-    M, N, K, batch = shape
-    rng = cp.random.default_rng()
-    lead = (batch,) if batch > 1 else ()
-    a = rng.standard_normal(lead + (M, K), dtype=np.float32)
-    b = rng.standard_normal(lead + (K, N), dtype=np.float32)
-    c = rng.standard_normal(lead + (M, N), dtype=np.float32)
-    ref = cp.matmul(a.astype(np.float64), b.astype(np.float64))
-    outs = []
-    for _ in range(2):
-        out = cp.full(lead + (M, N), np.nan, dtype=np.float32)
-        tilegemm.matmul(a, b, out=out, config=cfg)
-        outs.append(out)
-    assert float(cp.linalg.norm(outs[0] - ref) / cp.linalg.norm(ref)) < TOL
-    assert bool(cp.array_equal(outs[0], outs[1]))
-    g = tilegemm.gemm(a, b, c, alpha=2.0, beta=-1.0, config=cfg)
-    gref = 2.0 * ref - c.astype(np.float64)
-    assert float(cp.linalg.norm(g - gref) / cp.linalg.norm(gref)) < TOL
+    _correct_and_repeatable(cp, cfg, shape, alpha=2.0, beta=-1.0)

@@ -24,6 +24,8 @@
 //              of G resident blocks shares the count * tiles * ceil(K / BK) k-iterations evenly;
 //              see tilegemm_gemm's stream-K branch.  2: split-K whose splits add up the tile
 //              themselves, each a share of it, with no second kernel (SK == 2 branch)
+// W, flags, epoch, count, first: the workspace, hand-over flags, launch epoch, number of products
+// and first block of the launch for SK = 1, 2 (unused when SK = 0).
 // Grid (SK = 0): x = block tiles of one product (swizzled), z = batch * splits.  Split s of batch b
 // sums k in [s * k_split, min(K, (s + 1) * k_split)) and writes its own D[z]; the host then adds the
 // splits (splitk_reduce.cu), so results stay deterministic.
@@ -240,7 +242,7 @@ __device__ __forceinline__ void k_loop_async(float (*acc)[TN], float *smem, cons
 #endif
 }
 
-// Stream-K's helpers.  The SK = 0 kernel below spells the same steps out inline, as it was measured:
+// Helpers of the SK = 1 and SK = 2 kernels.  The SK = 0 kernel spells the same steps out inline, as it was measured:
 // calling these from it changes ptxas's register allocation of the K loop in some configs (TT at
 // 256 x 128, NN at 128 x 128 with 8 x 8 threads), and with it the speed (docs/perf-notes.md).
 
@@ -281,8 +283,9 @@ __device__ __forceinline__ void tile_store(float (*acc)[TN], float *D, tg_idx ld
     else                          epilogue<true, true>(acc, D, ldd, C, ldc, m0, n0, tr, tc, M, N, alpha, beta);
 }
 
-// stream-K's hand-over between blocks: a flag per block, set to this launch's epoch (the host counts
-// launches, so flags never need resetting); release/acquire at GPU scope, one thread per block
+// the hand-over between blocks (SK = 1, 2): a flag per block, set to this launch's epoch (the host
+// counts launches per stream, so flags never need resetting); release/acquire at GPU scope, one
+// thread per block
 __device__ __forceinline__ int tg_ld_acquire(const int *p) {
     int v;
     asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");

@@ -336,6 +336,7 @@ class _Launcher:
                 pc + 4 * first * sc, ldc, sc, pd + 4 * first * splits * sd, ldd, sd, alpha, beta, splits)
             self.kernel(grid, self.block, tuple(args), smem=self.smem, stream=stream)
 
+    _resident = None  # resident_blocks' answer, once asked
 
     def resident_blocks(self, device: int) -> int:
         """Blocks of this kernel that fit on one SM at once (the driver's occupancy query)."""
@@ -348,8 +349,6 @@ class _Launcher:
                 self._resident = int(driver.occupancyMaxActiveBlocksPerMultiprocessor(
                     self.kernel._fn.ptr, int(np.prod(self.block)), self.smem))
         return self._resident
-
-    _resident = None
 
     def stream_k(self, M, N, K, count, pa, lda, sa, pb, ldb, sb, pc, ldc, sc, pd, ldd, sd,
                  alpha, beta, device, stream) -> None:
@@ -367,8 +366,8 @@ class _Launcher:
         G = max(1, min(resident, iters))
         work = cupy.empty(G * bm * bn, dtype=np.float32)
         flags, epoch = _sk_flags(device, stream, G)
-        grid, args = self.family_args(M, N, K, count, pa, lda, sa, pb, ldb, sb, pc, ldc, sc, pd, ldd, sd,
-                                      alpha, beta, 1)
+        _, args = self.family_args(M, N, K, count, pa, lda, sa, pb, ldb, sb, pc, ldc, sc, pd, ldd, sd,
+                                   alpha, beta, 1)
         args[-5:] = [np.uint64(work.data.ptr), np.uint64(flags), np.int32(epoch), np.int32(count), np.int32(0)]
         self.kernel((G, 1, 1), self.block, tuple(args), smem=self.smem, stream=stream)
 
@@ -386,8 +385,8 @@ class _Launcher:
         if per < 1:
             raise RuntimeError(f"split-K config {self.params} with {splits} splits: fewer blocks than that "
                                f"fit on device {device} at once")
-        grid0, args = self.family_args(M, N, K, count, pa, lda, sa, pb, ldb, sb, pc, ldc, sc, pd, ldd, sd,
-                                       alpha, beta, splits)
+        _, args = self.family_args(M, N, K, count, pa, lda, sa, pb, ldb, sb, pc, ldc, sc, pd, ldd, sd,
+                                   alpha, beta, splits)
         work = cupy.empty(min(per, units) * bm * bn, dtype=np.float32)
         for first in range(0, units, per):
             n = min(per, units - first)
@@ -397,22 +396,25 @@ class _Launcher:
             self.kernel((n, 1, 1), self.block, tuple(args), smem=self.smem, stream=stream)
 
 
-# stream-K's flags: one int per block, per (device, stream), zeroed once; each launch on the stream
-# counts up an epoch that the flags are set to, so nothing resets them (launches on one stream
-# run in order; streams do not share flags)
+# the hand-over flags of sk = 1, 2: one int per block, per (device, stream), zeroed once; each
+# launch on the stream counts up an epoch that the flags are set to, so nothing resets them
+# (launches on one stream run in order; streams do not share flags; the lock keeps two threads
+# launching on one stream from taking the same epoch)
 _sk_state: dict[tuple, list] = {}
+_sk_lock = threading.Lock()
 
 
 def _sk_flags(device: int, stream, blocks: int) -> tuple[int, int]:
     cupy = runtime._cupy()
     key = (device, int(getattr(stream, "ptr", 0) or 0))
-    st = _sk_state.get(key)
-    if st is None or st[0].size < blocks:
-        with cupy.cuda.Device(device):
-            st = _sk_state[key] = [cupy.zeros(max(blocks, 4096), dtype=np.int32), 0]
-            cupy.cuda.get_current_stream().synchronize()  # the zeros are in place before any use
-    st[1] = st[1] % (2**31 - 2) + 1
-    return int(st[0].data.ptr), st[1]
+    with _sk_lock:
+        st = _sk_state.get(key)
+        if st is None or st[0].size < blocks:
+            with cupy.cuda.Device(device):
+                st = _sk_state[key] = [cupy.zeros(max(blocks, 4096), dtype=np.int32), 0]
+                cupy.cuda.get_current_stream().synchronize()  # the zeros are in place before any use
+        st[1] = st[1] % (2**31 - 2) + 1
+        return int(st[0].data.ptr), st[1]
 
 
 _launchers: dict[tuple, _Launcher] = {}

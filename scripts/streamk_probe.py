@@ -1,8 +1,9 @@
 """Stream-K (sk = 1) and split-K summed in the kernel (sk = 2) on the GPU: correctness on hard
 cases, then timing beside cuBLAS and the shipped selection at the suite's weak shapes.
 
-usage: python scripts/streamk_probe.py [--quick | --split]   (results: $OUT/<gpu>-<date>-<tag>.json)
+usage: python scripts/streamk_probe.py [--quick | --split | --weak]   (results: $OUT/<gpu>-<date>-<tag>.json)
 --split: only the sk = 2 checks and timings (tag streamk-split)
+--weak: sk = 1 (stream-K) at the shapes where the suite is closest to cuBLAS (tag streamk-spread)
 """
 import argparse
 import os
@@ -17,7 +18,8 @@ B128 = dict(bm=128, bn=128, bk=8, tm=16, tn=8, ln=8, minb=2, swizzle=8, stages=3
 B128s = dict(bm=128, bn=128, bk=8, tm=8, tn=8, ln=4, minb=0, swizzle=8, stages=3, order=1)
 W256 = dict(bm=128, bn=256, bk=8, tm=16, tn=8, ln=4, minb=1, swizzle=8, stages=3, order=1)
 M64 = dict(bm=128, bn=64, bk=8, tm=16, tn=4, ln=4, minb=0, swizzle=8, stages=0, order=1)
-SK = {"256x128": B256, "128x128": B128, "128x128/8x8": B128s, "128x256": W256, "128x64/regs": M64}
+SK = {"256x128": B256, "128x128": B128, "128x128/ln4": {**B128, "ln": 4}, "128x128/8x8": B128s, "128x256": W256,
+      "128x64/regs": M64}
 # sk = 2: (name, config with its split count)
 SPLIT = {"128x128/s8": {**B128, "splits": 8}, "128x128/s4": {**B128, "splits": 4},
          "128x256/s4": {**W256, "splits": 4}, "128x256/s8": {**W256, "splits": 8},
@@ -76,17 +78,27 @@ TIMES2 = [((128, 4096, 4096), 1, "NN", ["128x128/s8", "128x256/s8", "128x256/s4"
           ((16, 4096, 4096), 1, "NN", ["128x128/s8"])]
 
 
+TIMES3 = [((128, 4096, 4096), 1, "NN", ["128x128", "128x128/ln4", "128x128/8x8", "128x256"]),
+          ((1024, 1024, 16384), 1, "NN", ["128x128", "128x256", "256x128"]),
+          ((512, 512, 512), 64, "NN", ["256x128", "128x128"]),
+          ((1024, 1024, 1024), 1, "NN", ["128x128/8x8", "128x128"]),
+          ((3000, 1000, 500), 1, "NN", ["128x128", "128x128/8x8"]),
+          ((16, 4096, 4096), 1, "NN", ["128x128", "128x128/8x8"]),
+          ((4096, 4096, 4096), 1, "NN", ["256x128"])]
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--quick", action="store_true")
     p.add_argument("--split", action="store_true")
+    p.add_argument("--weak", action="store_true")
     args = p.parse_args()
     cupy = runtime._cupy()
     configs = ({n: {**c, "sk": 2} for n, c in SPLIT.items()} if args.split
                else {n: {**c, "sk": 1} for n, c in SK.items()})
     checks = check(cupy, configs)
     rows = []
-    times = TIMES2 if args.split else TIMES[:3] if args.quick else TIMES
+    times = TIMES2 if args.split else TIMES3 if args.weak else TIMES[:3] if args.quick else TIMES
     for (M, N, K), batch, lay, names in times:
         kernels = ["tilegemm"] + [("gemm", configs[n]) for n in names]
         for r in bench.measure(kernels, M, N, K, lay, batch=batch):
@@ -95,7 +107,7 @@ def main() -> int:
                   f"{r.config or r.selected}", flush=True)
     doc = bench.results_document(rows, checks=checks)
     path = bench.write_results(doc, os.environ.get("OUT", "benchmarks/results"),
-                               tag="streamk-split" if args.split else "streamk")
+                               tag="streamk-split" if args.split else "streamk-spread" if args.weak else "streamk")
     print("wrote", path)
     return 0 if all(c["ok"] for c in checks) else 1
 

@@ -364,8 +364,8 @@ class _Launcher:
         if resident < 1:
             raise RuntimeError(f"stream-K config {self.params} fits no block on an SM of device {device}")
         G = max(1, min(resident, iters))
-        work = cupy.empty(2 * G * bm * bn, dtype=np.float32)  # two slots per block: a range's first and last parts
-        flags, epoch = _sk_flags(device, stream, 2 * G)
+        work = cupy.empty(G * bm * bn, dtype=np.float32)
+        flags, epoch = _sk_flags(device, stream, G)
         _, args = self.family_args(M, N, K, count, pa, lda, sa, pb, ldb, sb, pc, ldc, sc, pd, ldd, sd,
                                    alpha, beta, 1)
         args[-5:] = [np.uint64(work.data.ptr), np.uint64(flags), np.int32(epoch), np.int32(count), np.int32(0)]
@@ -396,10 +396,10 @@ class _Launcher:
             self.kernel((n, 1, 1), self.block, tuple(args), smem=self.smem, stream=stream)
 
 
-# the hand-over flags of sk = 1, 2: one int per block (two for sk = 1), per (device, stream),
-# zeroed once; each launch on the stream counts up an epoch that the flags are set to, so nothing
-# resets them (launches on one stream run in order; streams do not share flags; the lock keeps two
-# threads launching on one stream from taking the same epoch)
+# the hand-over flags of sk = 1, 2: one int per block, per (device, stream), zeroed once; each
+# launch on the stream counts up an epoch that the flags are set to, so nothing resets them
+# (launches on one stream run in order; streams do not share flags; the lock keeps two threads
+# launching on one stream from taking the same epoch)
 _sk_state: dict[tuple, list] = {}
 _sk_lock = threading.Lock()
 

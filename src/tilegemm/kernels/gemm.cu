@@ -295,13 +295,13 @@ __device__ __forceinline__ void tg_st_release(int *p, int v) {
     asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
-// The fix-up of SK = 1, 2: this block's share of a tile, the float4 groups q in [q0, q1) of every
+// The fix-up of SK = 2: this block's share of a tile, the float4 groups q in [q0, q1) of every
 // thread's acc (q = i * TN / 4 + p: row i, columns 4p..4p+3 of the thread tile), is the sum of the
 // tile's n partials in W, the first at `first`, the others at second, second + stride, ... (a slot
 // of W holds element (i, j) of thread tid at (i * TN + j) * NT + tid), added in contributor order,
 // so results do not depend on timing; then it is written to D (the tile at m0, n0).  Two groups at
 // a time, four contributors unrolled: 32 independent loads in flight per thread (a chain of
-// dependent L2 loads made the first version of the SK = 1 fix-up latency-bound, docs/perf-notes.md).
+// dependent L2 loads per element made a fix-up latency-bound, docs/perf-notes.md).
 __device__ __forceinline__ void share_fixup(const float *first, const float *second, tg_idx stride, int n, int q0,
                                             int q1, int tid, float *D, tg_idx ldd, const float *C, tg_idx ldc,
                                             int m0, int n0, int tr, int tc, int M, int N, float alpha, float beta) {
@@ -417,23 +417,23 @@ extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
     // Stream-K, after whole waves of whole tiles (the "data-parallel + stream-K" hybrid).  Of the
     // count * tiles block tiles, the first dp (whole waves: a multiple of the grid) go a tile per
     // block per wave, as without stream-K.  The k-iterations of the rest (ipt = ceil(K / BK) per
-    // tile) are cut into equal contiguous ranges [beg, end), one per block (Gs of them: each has at
-    // least one iteration); all blocks are resident at once (the host sizes the grid from the
-    // occupancy query).  A block walks its range a tile segment at a time: a whole tile is written
-    // to D; a part of a tile (at most the range's first and last segments) is stored in the block's
-    // slot 0 (first) or 1 (last) of W, and a flag says so.  Then every block adds up its share of
-    // each tile it holds a part of, over the tile's contributors (consecutive blocks c0..c1), in
-    // block order (results do not depend on timing), and writes it: the sums are spread like SK
-    // == 2's, where one owner adding up to eight partials alone made a tail (docs/perf-notes.md).
-    // Every block stores its parts before it waits for anyone, so the waits cannot deadlock.
+    // tile) are cut into gridDim.x equal contiguous ranges, one per block; all blocks are resident
+    // at once (the host sizes the grid from the occupancy query).  A block walks its range a tile
+    // segment at a time:
+    //   - a segment that starts a tile (k-iteration 0) makes the block that tile's owner: it adds
+    //     the partial sums of the later blocks that hold the rest of the tile's k-iterations, then
+    //     writes D;
+    //   - a segment that starts inside a tile can only be the block's first: the block stores its
+    //     partial sums in its slot of W and sets its flag.
+    // A block's partial comes from the start of its range and the owner reaches its part of that
+    // tile at the end of its own range, so waits are short.  The owner adds the partials in block
+    // order: results do not depend on timing.
     float acc[TM][TN];
-    constexpr int Q = TM * TN / 4, SLOT = NT * TM * TN;
     const int tiles = ((M + BM - 1) / BM) * ((N + BN - 1) / BN), ipt = (K + BK - 1) / BK;
     const int G = gridDim.x, g = blockIdx.x, dp = (count * tiles / G) * G;
     const long long total = (long long)(count * tiles - dp) * ipt;
-    const int Gs = (int)min((long long)G, total);
-    const long long beg = g < Gs ? total * g / Gs : total, end = g < Gs ? total * (g + 1) / Gs : total;
-    long long it = beg;
+    long long it = total * g / G;
+    const long long end = total * (g + 1) / G;
     for (int wave = g;;) {
         int t, kb, ke;
         if (wave < dp) {  // a whole tile
@@ -456,44 +456,36 @@ extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
         __syncthreads();  // the last segment's fragment reads are done before its stages are refilled
         tile_mac(acc, smem, A + z * sA + tg_a_off(0, kk, lda), lda, B + z * sB + tg_b_off(kk, 0, ldb), ldb, M, N,
                  min(K, ke * BK) - kk, m0, n0, tid, tr, tc);
-        if (kb == 0 && ke == ipt) {
+        // W: a slot of TM * TN * NT floats per block, element (i, j) of every thread's acc in a
+        // row of NT.  Scalar accesses, coalesced: a float4 store of acc[i][4p..4p+3] would make ptxas
+        // keep the accumulators in aligned register quads, and the K loop's FFMAs then hit 8x more
+        // register-bank conflicts (SASS model; docs/perf-notes.md, "Stream-K")
+        if (kb != 0) {  // a later part of the tile: hand the partial sums to its owner
+            float *slot = W + (tg_idx)g * (NT * TM * TN) + tid;
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int j = 0; j < TN; ++j) __stcg(slot + (i * TN + j) * NT, acc[i][j]);
+            __syncthreads();
+            if (tid == 0) {
+                __threadfence();
+                tg_st_release(flags + g, epoch);
+            }
+        } else {
+            // the owner: blocks g+1, g+2, ... whose ranges start inside this tile hold its rest
+            const long long tile_end = (long long)(t - dp + 1) * ipt;  // in the stream-K range
+            for (int h = g + 1; ke < ipt && h < G && total * h / G < tile_end; ++h) {
+                if (tid == 0)
+                    while (tg_ld_acquire(flags + h) != epoch) __nanosleep(32);
+                __syncthreads();
+                const float *other = W + (tg_idx)h * (NT * TM * TN) + tid;
+#pragma unroll
+                for (int i = 0; i < TM; ++i)
+#pragma unroll
+                    for (int j = 0; j < TN; ++j) acc[i][j] += __ldcg(other + (i * TN + j) * NT);
+            }
             tile_store(acc, D + z * sD, ldd, C + z * sC, ldc, m0, n0, tr, tc, M, N, alpha, beta);
-            continue;
         }
-        // W: element (i, j) of every thread's acc in a row of NT.  Scalar accesses, coalesced: a
-        // float4 store of acc[i][4p..4p+3] would make ptxas keep the accumulators in aligned register
-        // quads, and the K loop's FFMAs then hit 8x more register-bank conflicts (SASS model)
-        const int which = it - (ke - kb) == beg ? 0 : 1;
-        float *slot = W + (tg_idx)(2 * g + which) * SLOT + tid;
-#pragma unroll
-        for (int i = 0; i < TM; ++i)
-#pragma unroll
-            for (int j = 0; j < TN; ++j) __stcg(slot + (i * TN + j) * NT, acc[i][j]);
-        __syncthreads();
-        if (tid == 0) {
-            __threadfence();
-            tg_st_release(flags + 2 * g + which, epoch);
-        }
-    }
-    // the fix-up: this block's share of the tile of its first iteration, then of its last
-    for (int e = 0; e < 2 && beg < end; ++e) {
-        const long long x = e == 0 ? beg : end - 1, tb = x / ipt * ipt, te = tb + ipt;
-        if (beg <= tb && end >= te) continue;  // a whole tile, already written
-        if (e == 1 && tb <= beg) break;        // the range lies in one tile: done with e = 0
-        // block holding stream-K iteration y: the last c with total * c / Gs <= y
-        const int c0 = (int)(((tb + 1) * Gs + total - 1) / total - 1), c1 = (int)((te * Gs + total - 1) / total - 1);
-        const int n = c1 - c0 + 1, s = g - c0, t = (int)(tb / ipt) + dp, z = t / tiles;
-        // c0's part is its last segment if its range starts before the tile (slot 1); the others'
-        // ranges start in the tile, so theirs are their first segments (slot 0)
-        const int w0 = total * c0 / Gs < tb ? 1 : 0;
-        for (int c = c0 + tid; c <= c1; c += NT)
-            while (tg_ld_acquire(flags + 2 * c + (c == c0 ? w0 : 0)) != epoch) __nanosleep(32);
-        __syncthreads();
-        int m0, n0;
-        tile_origin(t - z * tiles, M, N, m0, n0);
-        const int q0 = s * Q / n, q1 = (s + 1) * Q / n;
-        share_fixup(W + (tg_idx)(2 * c0 + w0) * SLOT, W + (tg_idx)(2 * c0 + 2) * SLOT, 2 * SLOT, n, q0, q1, tid,
-                    D + z * sD, ldd, C + z * sC, ldc, m0, n0, tr, tc, M, N, alpha, beta);
     }
 #endif
 }

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from tilegemm import cli
-from tilegemm.bench import parse_size
+from tilegemm.bench import parse_case, parse_size
 
 from conftest import HAVE_GPU
 
@@ -57,3 +57,15 @@ def test_parse_size(text, dims):
 def test_parse_size_errors(text):
     with pytest.raises(ValueError):
         parse_size(text)
+
+
+@pytest.mark.parametrize("text,case", [("4096", (4096, 4096, 4096, 1)), ("128x4096x4096", (128, 4096, 4096, 1)),
+                                       ("64x512x512x512", (512, 512, 512, 64)), ("2x3x5x7", (3, 5, 7, 2))])
+def test_parse_case(text, case):
+    assert parse_case(text) == case
+
+
+@pytest.mark.parametrize("text", ["0", "2x3", "0x3x4x5", "ax3x4x5", "1x2x3x4x5"])
+def test_parse_case_errors(text):
+    with pytest.raises(ValueError):
+        parse_case(text)

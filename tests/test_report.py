@@ -21,7 +21,8 @@ def test_results_files_follow_schema_1():
     keys = {"kernel", "M", "N", "K", "layout", "batch", "tflops", "ms", "cublas_tflops", "ratio", "rel_err"}
     # instrument measurements carry a "kind" and their own body instead of timing rows
     bodies = {"banks": ("probes", "kernels", "cases"), "peaks": ("fp32_tflops", "dram_gbs", "l2_gbs"),
-              "stalls": ("kernels",)}
+              "stalls": ("kernels",), "kernels": ("kernels", "command"), "clocks": ("phases", "samples"),
+              "timing": ("timings",), "overhead": ("runs",)}
     for f in files:
         doc = json.loads(f.read_text())
         assert doc["schema"] == 1

@@ -55,6 +55,21 @@ def parse_size(text: str) -> tuple[int, int, int]:
     return tuple(dims)
 
 
+def parse_case(text: str) -> tuple[int, int, int, int]:
+    """A bench or tune case: ``parse_size``'s forms, (M, N, K, 1), or ``"64x512x512x512"`` -> a batch
+    of 64 products of 512 x 512 x 512: (M, N, K, 64)."""
+    parts = [p for p in re.split(r"[x,*]", text.lower().strip()) if p]
+    if len(parts) != 4:
+        return (*parse_size(text), 1)
+    try:
+        batch, *dims = (int(p) for p in parts)
+    except ValueError:
+        raise ValueError(f"case {text!r} is not N, MxNxK or BATCHxMxNxK") from None
+    if min(batch, *dims) < 1:
+        raise ValueError(f"case {text!r} is not N, MxNxK or BATCHxMxNxK with positive numbers")
+    return (*dims, batch)
+
+
 def _cupy():
     return runtime._cupy()
 

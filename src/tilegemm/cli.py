@@ -56,10 +56,10 @@ def _report_failures(rows, tolerance) -> int:
 
 
 def _bench_cases(args):
-    from .bench import SUITE, parse_size
+    from .bench import SUITE, parse_case
 
     if args.sizes:
-        return [(*parse_size(sz), lay, 1) for sz in args.sizes for lay in args.layouts]
+        return [(M, N, K, lay, b) for sz in args.sizes for (M, N, K, b) in [parse_case(sz)] for lay in args.layouts]
     return list(SUITE)
 
 
@@ -109,10 +109,10 @@ def cmd_bench(args) -> int:
 
 def cmd_tune(args) -> int:
     from . import autotune, tuning
-    from .bench import SUITE, parse_size
+    from .bench import SUITE, parse_case
 
     if args.shapes:
-        cases = [(*parse_size(sz), lay, 1) for sz in args.shapes for lay in args.layouts]
+        cases = [(M, N, K, lay, b) for sz in args.shapes for (M, N, K, b) in [parse_case(sz)] for lay in args.layouts]
     else:
         cases = [c for c in SUITE if c[3] in args.layouts or args.layouts == ["NN"] and c[3] == "NN"]
     if not runtime.have_gpu():
@@ -272,7 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "cuBLAS, print a table and write benchmarks/results/<gpu>-<date>.json. "
                        "Without a GPU: compile the kernels and show their resources.")
     p.add_argument("--sizes", nargs="+", metavar="SIZE",
-                   help="N (square) or MxNxK; default: the suite (../shared/ANCHORS.md, other layouts, batches)")
+                   help="N (square), MxNxK or BATCHxMxNxK; default: the suite (../shared/ANCHORS.md, other layouts, batches)")
     p.add_argument("--kernels", nargs="+", metavar="NAME",
                    help="gemm (the tuned default path) and/or ladder rungs; default: gemm")
     p.add_argument("--layouts", nargs="+", default=["NN"], choices=registry.LAYOUTS,
@@ -305,7 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="For each shape: enumerate configs from the constraints, prune with "
                        "the resource model, compile in parallel, check each against float64, time the "
                        "rest, and record the fastest in the tuning cache (later calls use it).")
-    p.add_argument("--shapes", nargs="+", metavar="SIZE", help="N or MxNxK; default: the bench suite")
+    p.add_argument("--shapes", nargs="+", metavar="SIZE", help="N, MxNxK or BATCHxMxNxK; default: the bench suite")
     p.add_argument("--suite", action="store_true", help="the bench suite (the default)")
     p.add_argument("--layouts", nargs="+", default=["NN"], choices=registry.LAYOUTS,
                    help="layouts to tune; default: NN (other layouts fall back to NN's entry)")

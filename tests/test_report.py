@@ -60,8 +60,18 @@ def test_suite_view():
          "selected": {"bm": 64, "bn": 64, "bk": 16, "tm": 4, "tn": 4, "ln": 8, "minb": 4, "swizzle": 8,
                       "splits": 2, "source": "shipped"}},
         {"kernel": "cublas", "M": 8, "N": 8, "K": 8, "layout": "NN", "batch": 4, "tflops": 3.0, "ratio": 1.0},
+        {"kernel": "cublas", "M": 8, "N": 8, "K": 8, "layout": "TN", "batch": 1, "tflops": 2.0, "ratio": 1.0},
+        {"kernel": "tilegemm", "M": 8, "N": 8, "K": 8, "layout": "TN", "batch": 1, "tflops": 2.0, "ratio": 1.0,
+         "selected": {"bm": 64, "bn": 64, "bk": 8, "tm": 4, "tn": 4, "ln": 8, "minb": 4, "swizzle": 8,
+                      "splits": 4, "sk": 2, "source": "tuned"}},
+        {"kernel": "cublas", "M": 8, "N": 8, "K": 8, "layout": "NT", "batch": 1, "tflops": 2.0, "ratio": 1.0},
+        {"kernel": "tilegemm", "M": 8, "N": 8, "K": 8, "layout": "NT", "batch": 1, "tflops": 2.0, "ratio": 1.0,
+         "selected": {"bm": 64, "bn": 64, "bk": 8, "tm": 4, "tn": 4, "ln": 8, "minb": 4, "swizzle": 8,
+                      "splits": 1, "sk": 1, "source": "tuned"}},
     ]}
     text = suite_table(doc)
+    assert "| 8³ TN | 2.0 | 2.0 (100%) | 64x64x8 t4x4 ln8 minb4 split4 summed in-kernel (tuned) |" in text
+    assert "| 8³ NT | 2.0 | 2.0 (100%) | 64x64x8 t4x4 ln8 minb4 stream-K (tuned) |" in text
     assert "| 8³ | 2.0 | 1.0 (50%) | 64x64x16 t4x4 ln8 minb4 split2 (shipped) |" in text
     assert "| 4 x 8³ | 3.0 |  |  |" in text
     assert "tilegemm 0.500x" in text and "tilegemm 64³ 9.0" in text

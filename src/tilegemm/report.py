@@ -99,7 +99,8 @@ def suite_table(doc: dict) -> str:
         vals = [_cell(cell[(c, k)]) if (c, k) in cell else "" for k in impls]
         sel = (cell.get((c, "tilegemm")) or {}).get("selected") or {}
         pipe = f" cp.async x{sel['stages']}" if sel.get("stages") else ""
-        work = " stream-K" if sel.get("sk") else " split{splits}".format(**sel) if sel else ""
+        work = (" stream-K" if sel.get("sk") == 1 else " split{splits} summed in-kernel".format(**sel)
+                if sel.get("sk") == 2 else " split{splits}".format(**sel) if sel else "")
         cfg = ("{bm}x{bn}x{bk} t{tm}x{tn} ln{ln} minb{minb}".format(**sel) + pipe + work
                + " ({source})".format(**sel) if sel else "")
         lines.append(f"| {c} | " + " | ".join(vals) + f" | {cfg} |")

@@ -55,12 +55,17 @@ def _report_failures(rows, tolerance) -> int:
     return 1 if failed else 0
 
 
-def _bench_cases(args):
-    from .bench import SUITE, parse_case
+def _cases(sizes, layouts) -> list[tuple]:
+    """(M, N, K, layout, batch) for each size given on the command line (N, MxNxK, BATCHxMxNxK) and layout."""
+    from .bench import parse_case
 
-    if args.sizes:
-        return [(M, N, K, lay, b) for sz in args.sizes for (M, N, K, b) in [parse_case(sz)] for lay in args.layouts]
-    return list(SUITE)
+    return [(M, N, K, lay, b) for sz in sizes for (M, N, K, b) in [parse_case(sz)] for lay in layouts]
+
+
+def _bench_cases(args):
+    from .bench import SUITE
+
+    return _cases(args.sizes, args.layouts) if args.sizes else list(SUITE)
 
 
 def cmd_bench(args) -> int:
@@ -109,10 +114,10 @@ def cmd_bench(args) -> int:
 
 def cmd_tune(args) -> int:
     from . import autotune, tuning
-    from .bench import SUITE, parse_case
+    from .bench import SUITE
 
     if args.shapes:
-        cases = [(M, N, K, lay, b) for sz in args.shapes for (M, N, K, b) in [parse_case(sz)] for lay in args.layouts]
+        cases = _cases(args.shapes, args.layouts)
     else:
         cases = [c for c in SUITE if c[3] in args.layouts or args.layouts == ["NN"] and c[3] == "NN"]
     if not runtime.have_gpu():

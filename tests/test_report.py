@@ -22,7 +22,7 @@ def test_results_files_follow_schema_1():
     # instrument measurements carry a "kind" and their own body instead of timing rows
     bodies = {"banks": ("probes", "kernels", "cases"), "peaks": ("fp32_tflops", "dram_gbs", "l2_gbs"),
               "stalls": ("kernels",), "kernels": ("kernels", "command"), "clocks": ("phases", "samples"),
-              "timing": ("timings",), "overhead": ("runs",)}
+              "timing": ("timings",), "overhead": ("runs",), "pdl": ("timings", "checks")}
     for f in files:
         doc = json.loads(f.read_text())
         assert doc["schema"] == 1

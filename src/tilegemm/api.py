@@ -437,9 +437,10 @@ def launcher(name: str, layout: str, vec: int, device: int, config: tuple = (), 
     return fn
 
 
-def _reduce(device, M, N, count, splits, pw, pc, ldc, sc, pd, ldd, sd, alpha, beta, stream, ldw=0) -> None:
-    """D = alpha * (sum of the splits in W, rows of ldw floats) + beta * C; splits = 0 gives
-    beta * C (K = 0).  float4 accesses where N, D (and C, when read) allow them."""
+def _reduce_launch(device, M, N, count, splits, pw, pc, ldc, sc, pd, ldd, sd, alpha, beta, ldw=0):
+    """(kernel, grid, arguments) of D = alpha * (sum of the splits in W, rows of ldw floats) +
+    beta * C; splits = 0 gives beta * C (K = 0).  float4 accesses where N, D (and C, when read)
+    allow them."""
     spec = registry.REDUCE
     kern = _reducers.get(device)
     if kern is None:
@@ -450,12 +451,26 @@ def _reduce(device, M, N, count, splits, pw, pc, ldc, sc, pd, ldd, sd, alpha, be
     cols = max(1, -(-(N // vec) // 256))
     rows = max(1, min(M * count, 65535))
     i32, i64, u64, f32 = np.int32, np.int64, np.uint64, np.float32
-    kern((cols, rows, 1), (256, 1, 1),
-         (i32(M), i32(N), i32(count), i32(splits), u64(pw), i64(ldw), u64(pc), i64(ldc), i64(sc), u64(pd), i64(ldd),
-          i64(sd), f32(alpha), f32(beta), i32(vec)), stream=stream)
+    args = (i32(M), i32(N), i32(count), i32(splits), u64(pw), i64(ldw), u64(pc), i64(ldc), i64(sc), u64(pd),
+            i64(ldd), i64(sd), f32(alpha), f32(beta), i32(vec))
+    return kern, (cols, rows, 1), args
+
+
+def _reduce(device, M, N, count, splits, pw, pc, ldc, sc, pd, ldd, sd, alpha, beta, stream, ldw=0) -> None:
+    kern, grid, args = _reduce_launch(device, M, N, count, splits, pw, pc, ldc, sc, pd, ldd, sd, alpha, beta, ldw)
+    _reduce_call(kern, device, grid, args, stream)
+
+
+def _reduce_call(kern, device, grid, args, stream) -> None:
+    if PDL_REDUCE and runtime.device_properties(device).major >= 9:
+        kern.launch_dependent(grid, (256, 1, 1), args, stream=stream)
+    else:
+        kern(grid, (256, 1, 1), args, stream=stream)
 
 
 _reducers: dict[int, object] = {}
+# launch the split-K reduction as a programmatic dependent of the GEMM (sm_90+; splitk_reduce.cu)
+PDL_REDUCE = True
 
 
 def _stream(ops: list[Operand], device: int):
@@ -663,8 +678,9 @@ class _Fast:
 
 
 def _direct_launch(p: Plan, d_b, d_lay, device):
-    """The single family launch a plain 2-D or uniformly batched product needs, with every argument
-    but the three pointers fixed; None where the call needs more (split-K, host loops, K = 0)."""
+    """The family launch a plain 2-D or uniformly batched product needs (with splits > 1, and the
+    reduction after it), with every argument but the pointers fixed; None where the call needs more
+    (stream-K and sk = 2's flags, host loops, K = 0)."""
     from . import tuning
 
     swap, M, N, lay_a, lay_b, a_b, b_b = _oriented(p, d_lay)
@@ -674,30 +690,55 @@ def _direct_launch(p: Plan, d_b, d_lay, device):
         return None
     layout = lay_a[0] + lay_b[0]
     cfg = dict(p.config) if p.config else dict(tuning.select(device, layout, M, N, K, count))
-    if int(cfg.pop("splits", 1)) != 1 or cfg.get("sk"):
+    splits = max(1, min(int(cfg.pop("splits", 1)), -(-K // 4)))  # as _run_family
+    if cfg.get("sk") or count * splits > _GRID_Z:
         return None
-    return (layout, M, N, K, count, lay_a[1], sa, lay_b[1], sb, d_lay[1], sd, tuple(sorted(cfg.items())), swap)
+    return (layout, M, N, K, count, lay_a[1], sa, lay_b[1], sb, d_lay[1], sd, splits, tuple(sorted(cfg.items())),
+            swap)
 
 
 def _direct_call(rec, pa, pb, pd, device, stream) -> None:
-    layout, M, N, K, count, lda, sa, ldb, sb, ldd, sd, cfg, swap = rec
+    layout, M, N, K, count, lda, sa, ldb, sb, ldd, sd, splits, cfg, swap = rec
     if swap:
         pa, pb = pb, pa
-    # with the pointers' alignment in the key, vec is fixed: the launcher and the constant
+    # with the pointers' alignment in the key, vec is fixed: the launchers and the constant
     # arguments are built once and kept
     key = (rec, pa % 16, pb % 16, pd % 16)
     pre = _prepared.get(key)
     if pre is None:
         vec = vector_width((pa, lda, sa), (pb, ldb, sb), (pd, ldd, sd))
         fn = launcher(registry.FAMILY.name, layout, vec, device, cfg, (lda, ldb))
-        grid, args = fn.family_args(M, N, K, count, 0, lda, sa, 0, ldb, sb, 0, 0, 0, 0, ldd, sd, 1.0, 0.0, 1)
+        ldw = -(-N // 4) * 4  # the split-K workspace, as _run_family lays it out
+        if splits > 1:
+            grid, args = fn.family_args(M, N, K, count, 0, lda, sa, 0, ldb, sb, 0, 0, 0, 0, ldw, M * ldw, 1.0, 0.0,
+                                        splits)
+            red = _reduce_launch(device, M, N, count, splits, 0, 0, 0, 0, pd, ldd, sd, 1.0, 0.0, ldw)
+        else:
+            grid, args = fn.family_args(M, N, K, count, 0, lda, sa, 0, ldb, sb, 0, 0, 0, 0, ldd, sd, 1.0, 0.0, 1)
+            red = None
         fn.kernel._allow_smem(fn.smem)
-        pre = _prepared[key] = (fn.kernel._fn, grid, fn.block, args, fn.smem)
-    raw, grid, block, args, smem = pre
+        pre = _prepared[key] = (fn.kernel._fn, grid, fn.block, args, fn.smem, red, count * splits * M * ldw)
+    raw, grid, block, args, smem, red, work_floats = pre
     args = list(args)
     ia, ib, id_ = _Launcher.PTR_SLOTS
-    args[ia], args[ib], args[id_] = np.uint64(pa), np.uint64(pb), np.uint64(pd)
+    args[ia], args[ib] = np.uint64(pa), np.uint64(pb)
+    if red is None:
+        args[id_] = np.uint64(pd)
+        raw(grid, block, tuple(args), shared_mem=smem, stream=stream)
+        return
+    cupy = runtime._cupy()
+    with stream:  # the pool hands the workspace out for this stream's order
+        work = cupy.empty(work_floats, dtype=np.float32)
+    wp = np.uint64(work.data.ptr)
+    args[id_] = wp
     raw(grid, block, tuple(args), shared_mem=smem, stream=stream)
+    kern, rgrid, rargs = red
+    rargs = list(rargs)
+    rargs[_REDUCE_W], rargs[_REDUCE_D] = wp, np.uint64(pd)
+    _reduce_call(kern, device, rgrid, tuple(rargs), stream)
+
+
+_REDUCE_W, _REDUCE_D = 4, 9  # where _reduce_launch puts the workspace and D pointers
 
 
 _prepared: dict[tuple, tuple] = {}

@@ -1,8 +1,9 @@
 """Verify, then time kernels beside cuBLAS; write the results JSON (format: benchmarks/README.md).
 
 Method: fresh random normal inputs (never zeros), output poisoned with NaN before the checked run,
-error = ||out - ref|| / ||ref|| against float64; timing with CUDA events around each launch, after
-warm-up, rotating among input sets that together exceed the L2 cache, median of the timed runs.
+error = ||out - ref|| / ||ref|| against float64; timing with CUDA events around batches of
+back-to-back launches, after warm-up, rotating among input sets that together exceed the L2 cache,
+median of the timed batches; the implementations of one case take turns batch by batch.
 """
 
 from __future__ import annotations
@@ -96,17 +97,24 @@ def rel_err(out, a, b) -> float:
 
 
 def time_launches(run, n_sets: int, target_s: float = 0.6, batch_ms: float = 15.0) -> float:
-    """Milliseconds per ``run(i)`` (i = input set index): median over batches of back-to-back launches.
+    """Milliseconds per ``run(i)`` (i = input set index): median over batches of back-to-back launches."""
+    return time_interleaved([run], n_sets, target_s, batch_ms)[0]
+
+
+def time_interleaved(runs, n_sets: int, target_s: float = 0.6, batch_ms: float = 15.0) -> list[float]:
+    """Milliseconds per call of each of ``runs`` (``run(i)``, i = input set index): the median over
+    batches of back-to-back launches, the runs' batches taking turns (run 0, 1, ..., 0, 1, ...) so
+    that drifts in clock, temperature and power over the measurement reach every run alike.
 
     Each batch is timed with CUDA events.  A launch is queued before the start event so the GPU is
     busy when it is recorded, and batches are long enough that the host's per-call cost hides
-    behind the queue instead of showing up as idle GPU time.
+    behind the queue instead of showing up as idle GPU time.  ``target_s``: the time each run gets.
     """
     cupy = _cupy()
     stream = cupy.cuda.get_current_stream()
     start, end = cupy.cuda.Event(), cupy.cuda.Event()
 
-    def batch(n: int, first: int) -> float:
+    def batch(run, n: int, first: int) -> float:
         run(first % n_sets)
         start.record(stream)
         for r in range(n):
@@ -115,12 +123,18 @@ def time_launches(run, n_sets: int, target_s: float = 0.6, batch_ms: float = 15.
         end.synchronize()
         return cupy.cuda.get_elapsed_time(start, end) / n
 
-    batch(1, 0)  # warm-up: module load, first touch, clocks
-    one = batch(1, 1)
-    per_batch = max(1, min(200, int(batch_ms / max(one, 1e-3))))
-    n_batches = max(5, min(30, int(target_s * 1e3 / max(one * per_batch, 1e-3))))
-    times = [batch(per_batch, i * (per_batch + 1)) for i in range(n_batches)]
-    return float(np.median(times))
+    sizes = []
+    for run in runs:
+        batch(run, 1, 0)  # warm-up: module load, first touch, clocks
+        one = batch(run, 1, 1)
+        per_batch = max(1, min(200, int(batch_ms / max(one, 1e-3))))
+        sizes.append((per_batch, max(5, min(30, int(target_s * 1e3 / max(one * per_batch, 1e-3))))))
+    times: list[list[float]] = [[] for _ in runs]
+    for i in range(max(n for _, n in sizes)):
+        for j, (run, (per_batch, n_batches)) in enumerate(zip(runs, sizes)):
+            if i < n_batches:
+                times[j].append(batch(run, per_batch, i * (per_batch + 1)))
+    return [float(np.median(t)) for t in times]
 
 
 def _n_sets(M, N, K, batch=1) -> int:
@@ -173,9 +187,9 @@ def available_references() -> list[str]:
 
 
 def measure(kernels, M, N, K, layout="NN", progress=None, batch=1, refs=()) -> list[Row]:
-    """cuBLAS first, then the other references (``refs``: "torch", "triton"), then each kernel (a
-    name, "gemm" for the default tuned path, or (name, config)): checked against float64, then
-    timed.  One Row each."""
+    """cuBLAS, the other references (``refs``: "torch", "triton") and each kernel (a name, "gemm"
+    for the default tuned path, or (name, config)): each checked against float64, then all timed
+    together (``time_interleaved``).  One Row each, cuBLAS first."""
     cupy = _cupy()
     n_sets = _n_sets(M, N, K, batch)
     sets = [make_operands(M, N, K, layout, batch=batch) for _ in range(n_sets)]
@@ -190,42 +204,33 @@ def measure(kernels, M, N, K, layout="NN", progress=None, batch=1, refs=()) -> l
         cupy.cuda.get_current_stream().synchronize()
         return rel_err(out, a, b)
 
-    def row(name, fn, ref_tflops, config=None, selected=None):
-        err = check(fn)
-        ms = time_launches(lambda i: fn(*sets[i], outs[i]), n_sets) if err < TOLERANCE else float("nan")
-        tflops = flop / ms / 1e9
-        ref = ref_tflops if ref_tflops is not None else tflops
-        r = Row(name, M, N, K, layout, batch, tflops, ms, ref, tflops / ref, err, config, selected)
-        if progress:
-            progress(r)
-        return r
-
-    def cublas(a, b, out):
-        cupy.matmul(a, b, out=out)
-
-    rows = [row("cublas", cublas, None)]
-    ref_tflops = rows[0].tflops
-    for name in refs:
-        rows.append(row(name, REFERENCES[name](), ref_tflops))
+    entries = [("cublas", lambda a, b, out: cupy.matmul(a, b, out=out), None, None)]
+    entries += [(name, REFERENCES[name](), None, None) for name in refs]
     for entry in kernels:
         name, config = (entry, None) if isinstance(entry, str) else entry
         if name in ("gemm", "tilegemm") and config is None:
             from . import tuning
 
-            dev = runtime.current_device()
-            sel = tuning.selector(dev)
-            cfg, src = sel.source(layout, M, N, K, batch)
-
-            def ours(a, b, out):
-                api.matmul(a, b, out=out)
-
-            rows.append(row("tilegemm", ours, ref_tflops, None, {"source": src, **cfg}))
-            continue
-
-        def ours(a, b, out, name=name, config=config):
-            api.matmul(a, b, out=out, kernel=name, config=config)
-
-        rows.append(row(name, ours, ref_tflops, config))
+            cfg, src = tuning.selector(runtime.current_device()).source(layout, M, N, K, batch)
+            entries.append(("tilegemm", lambda a, b, out: api.matmul(a, b, out=out), None, {"source": src, **cfg}))
+        else:
+            entries.append((name, lambda a, b, out, name=name, config=config:
+                            api.matmul(a, b, out=out, kernel=name, config=config), config, None))
+    # every implementation is checked first; the ones that pass are timed together, taking turns
+    errs = [check(fn) for _, fn, _, _ in entries]
+    timed = [j for j, err in enumerate(errs) if err < TOLERANCE]
+    ms = [float("nan")] * len(entries)
+    for j, t in zip(timed, time_interleaved([lambda i, fn=entries[j][1]: fn(*sets[i], outs[i]) for j in timed],
+                                            n_sets)):
+        ms[j] = t
+    ref_tflops = flop / ms[0] / 1e9
+    rows = []
+    for (name, _, config, selected), err, t in zip(entries, errs, ms):
+        tflops = flop / t / 1e9
+        rows.append(Row(name, M, N, K, layout, batch, tflops, t, ref_tflops, tflops / ref_tflops, err, config,
+                        selected))
+        if progress:
+            progress(rows[-1])
     return rows
 
 

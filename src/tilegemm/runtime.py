@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
 import functools
+import struct
 import threading
 from dataclasses import dataclass
 
@@ -125,6 +127,7 @@ class LoadedKernel:
             self._fn = self._module.get_function(compiled.entry)
         self._smem_limit = _STATIC_SMEM_LIMIT - compiled.resources.shared_bytes
         self._lock = threading.Lock()
+        self._dependent: dict[tuple, _DependentLaunch] = {}
 
     def _allow_smem(self, nbytes: int) -> None:
         with self._lock:
@@ -148,11 +151,65 @@ class LoadedKernel:
             self._allow_smem(smem)
         self._fn(tuple(grid), tuple(block), tuple(args), shared_mem=smem, stream=stream)
 
+    def launch_dependent(self, grid, block, args, *, stream=None) -> None:
+        """Launch as a programmatic dependent of the kernel before it in ``stream`` (sm_90+): the
+        grid may be scheduled while that kernel's last blocks still run, so the kernel must execute
+        ``griddepcontrol.wait`` before it touches memory that kernel writes.  ``args``: NumPy
+        scalars, as for ``__call__``."""
+        key = (tuple(grid), tuple(block), "".join(a.dtype.char for a in args))
+        launch = self._dependent.get(key)
+        if launch is None:
+            launch = _DependentLaunch(self._fn.ptr, *key)
+            if len(self._dependent) < 1024:
+                self._dependent[key] = launch
+        launch(args, stream)
+
     def attribute(self, name: str) -> int:
         """A CU_FUNC_ATTRIBUTE_* value, e.g. ``attribute("NUM_REGS")``."""
         from cupy_backends.cuda.api import driver
 
         return driver.funcGetAttribute(getattr(driver, f"CU_FUNC_ATTRIBUTE_{name}"), self._fn.ptr)
+
+
+# NumPy scalar type code -> how a kernel parameter of that type is packed into its 8-byte slot
+_SLOT = {"i": "i4x", "l": "q", "q": "q", "L": "Q", "Q": "Q", "f": "f4x"}
+
+
+class _DependentLaunch:
+    """cuLaunchKernelEx with the programmatic-stream-serialization attribute, for one function, grid,
+    block and parameter list: the launch config and the parameter buffer are built once; each
+    launch packs the values and sets the stream under a lock (the driver copies the parameters
+    during the call)."""
+
+    def __init__(self, fn_ptr: int, grid: tuple, block: tuple, chars: str):
+        from cuda.bindings import driver
+
+        self._driver = driver
+        self._fn = driver.CUfunction(fn_ptr)
+        self._fmt = struct.Struct("<" + "".join(_SLOT[c] for c in chars))
+        self._buf = ctypes.create_string_buffer(max(8, self._fmt.size))
+        base = ctypes.addressof(self._buf)
+        self._ptrs = (ctypes.c_void_p * len(chars))(*(base + 8 * i for i in range(len(chars))))
+        self._params = ctypes.addressof(self._ptrs)
+        attr = driver.CUlaunchAttribute()
+        attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        attr.value.programmaticStreamSerializationAllowed = 1
+        cfg = self._cfg = driver.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = (int(g) for g in grid)
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = (int(b) for b in block)
+        cfg.sharedMemBytes = 0
+        cfg.attrs = [attr]
+        cfg.numAttrs = 1
+        self._lock = threading.Lock()
+
+    def __call__(self, args, stream) -> None:
+        driver = self._driver
+        with self._lock:
+            self._fmt.pack_into(self._buf, 0, *args)
+            self._cfg.hStream = driver.CUstream(int(getattr(stream, "ptr", 0) or 0))
+            (err,) = driver.cuLaunchKernelEx(self._cfg, self._fn, self._params, 0)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"cuLaunchKernelEx failed: {err.name}")
 
 
 _loaded: dict[tuple[int, str], LoadedKernel] = {}

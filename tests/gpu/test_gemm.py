@@ -280,6 +280,65 @@ def test_repeat_calls_with_a_config_use_their_own_memo_entry(cp):
             tilegemm.matmul(a, b, config={"stages": 9})
 
 
+@pytest.mark.parametrize("shape", [(96, 260, 3000), (200, 130, 517), (33, 4, 4096)])
+def test_repeat_split_k_calls_take_the_direct_path(cp, shape):
+    """Split-K through the memo: the GEMM into a workspace, then the reduction launched as a
+    programmatic dependent (sm_90+).  Many calls queued back to back with fresh inputs and
+    poisoned outputs, checked only afterwards: a reduction that did not wait for its GEMM, or a
+    workspace handed to the next call too early, gives a wrong or moving result."""
+    from tilegemm import api
+
+    M, N, K = shape
+    cfg = {**tuning.BIG, "splits": 4}
+    rng = cp.random.default_rng()
+    jobs = []
+    for _ in range(12):
+        a = rng.standard_normal((M, K), dtype=np.float32)
+        b = rng.standard_normal((K, N), dtype=np.float32)
+        out = cp.full((M, N), np.nan, np.float32)
+        assert tilegemm.matmul(a, b, out=out, config=cfg) is out
+        jobs.append((a, b, out, tilegemm.matmul(a, b, config=cfg)))
+    for a, b, out, res in jobs:
+        ref = a.astype(np.float64) @ b.astype(np.float64)
+        assert float(cp.linalg.norm(out - ref) / cp.linalg.norm(ref)) < TOL
+        assert bool(cp.array_equal(out, res))
+    e = api._fast[next(k for k in api._fast if k[-1] == tuple(sorted(cfg.items())) and k[0][1] == (M, K))]
+    assert e.direct is not None and e.direct[-3] == 4
+
+
+def test_split_k_reduction_with_and_without_pdl_agree(cp):
+    from tilegemm import api
+
+    rng = cp.random.default_rng()
+    a = rng.standard_normal((128, 2048), dtype=np.float32)
+    b = rng.standard_normal((2048, 512), dtype=np.float32)
+    cfg = {**tuning.BIG, "splits": 8}
+    outs = []
+    try:
+        for pdl in (True, False, True):
+            api.PDL_REDUCE = pdl
+            outs.append(tilegemm.matmul(a, b, config=cfg))
+    finally:
+        api.PDL_REDUCE = True
+    assert bool(cp.array_equal(outs[0], outs[1])) and bool(cp.array_equal(outs[0], outs[2]))
+
+
+def test_split_k_on_a_torch_stream(cp):
+    """The memo's split-K workspace is taken for the stream the launches go to (torch's current one)."""
+    torch = pytest.importorskip("torch")
+    s = torch.cuda.Stream()
+    cfg = {**tuning.BIG, "splits": 4}
+    with torch.cuda.stream(s):
+        pairs = [(torch.randn(96, 3000, device="cuda"), torch.randn(3000, 260, device="cuda")) for _ in range(8)]
+        outs = [tilegemm.matmul(a, b, config=cfg) for a, b in pairs]
+        outs += [tilegemm.matmul(a, b, out=torch.full((96, 260), float("nan"), device="cuda"), config=cfg)
+                 for a, b in pairs]
+    s.synchronize()
+    for (a, b), out in zip(pairs + pairs, outs):
+        ref = a.double() @ b.double()
+        assert float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref)) < TOL
+
+
 def test_repeat_calls_with_other_alignment(cp):
     """Same shapes and strides, but one call's views start 4 bytes in: each gets its own load width."""
     rng = cp.random.default_rng()

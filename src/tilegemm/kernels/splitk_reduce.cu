@@ -7,6 +7,10 @@
 // Grid: x = column groups of 256 threads, y = rows (batch-major, grid-stride): no index division.
 // VEC (runtime): 4 = a thread takes 4 columns with float4 accesses (the host checks N % 4 == 0 and
 // the 16-byte alignment of D, and of C when beta != 0); 1 = one column.  64-bit offsets.
+// On sm_90+ the host launches it as a programmatic dependent of the GEMM before it (PDL): its blocks
+// may be scheduled while the GEMM's last blocks run, and griddepcontrol.wait holds every thread
+// until that grid has completed and its stores are visible (without the PDL launch the wait
+// returns at once).
 typedef long long tg_idx;
 
 template <int VEC>
@@ -49,6 +53,9 @@ __device__ __forceinline__ void reduce_rows(int M, int N, int batches, int split
 extern "C" __global__ void __launch_bounds__(256) tilegemm_splitk_reduce(
     int M, int N, int batches, int splits, const float *__restrict__ W, long long ldw, const float *C, long long ldc,
     long long sC, float *D, long long ldd, long long sD, float alpha, float beta, int vec) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
     if (vec == 4) reduce_rows<4>(M, N, batches, splits, W, ldw, C, ldc, sC, D, ldd, sD, alpha, beta);
     else          reduce_rows<1>(M, N, batches, splits, W, ldw, C, ldc, sC, D, ldd, sD, alpha, beta);
 }

@@ -297,6 +297,15 @@ class _Launcher:
         compiled = spec.compile(spec.compiled_params(self.params), layout, arch=props.arch, vec=vec,
                                 limits=registry.Limits.from_props(props), wide=wide)
         self.kernel = runtime.load(compiled, device)
+        self.pdl_ok = props.major >= 9 and spec is registry.FAMILY  # gemm.cu waits (griddepcontrol)
+
+    def launch(self, grid, args, stream) -> None:
+        """One family launch: a programmatic dependent of the kernel before it where PDL_GEMM and
+        the device allow (gemm.cu's header), else an ordinary one."""
+        if PDL_GEMM and self.pdl_ok:
+            self.kernel.launch_dependent(grid, self.block, args, smem=self.smem, stream=stream)
+        else:
+            self.kernel(grid, self.block, args, smem=self.smem, stream=stream)
 
     def rung(self, M, N, K, pa, lda, pb, ldb, pc, ldc, stream) -> None:
         grid = self.spec.grid(M, N, self.params)
@@ -334,7 +343,7 @@ class _Launcher:
             grid, args = self.family_args(
                 M, N, K, min(per, count - first), pa + 4 * first * sa, lda, sa, pb + 4 * first * sb, ldb, sb,
                 pc + 4 * first * sc, ldc, sc, pd + 4 * first * splits * sd, ldd, sd, alpha, beta, splits)
-            self.kernel(grid, self.block, tuple(args), smem=self.smem, stream=stream)
+            self.launch(grid, tuple(args), stream)
 
     _resident = None  # resident_blocks' answer, once asked
 
@@ -369,7 +378,7 @@ class _Launcher:
         _, args = self.family_args(M, N, K, count, pa, lda, sa, pb, ldb, sb, pc, ldc, sc, pd, ldd, sd,
                                    alpha, beta, 1)
         args[-5:] = [np.uint64(work.data.ptr), np.uint64(flags), np.int32(epoch), np.int32(count), np.int32(0)]
-        self.kernel((G, 1, 1), self.block, tuple(args), smem=self.smem, stream=stream)
+        self.launch((G, 1, 1), tuple(args), stream)
 
     def split_summed(self, M, N, K, count, pa, lda, sa, pb, ldb, sb, pc, ldc, sc, pd, ldd, sd,
                      alpha, beta, splits, device, stream) -> None:
@@ -393,7 +402,7 @@ class _Launcher:
             flags, epoch = _sk_flags(device, stream, n)
             args[-5:] = [np.uint64(work.data.ptr), np.uint64(flags), np.int32(epoch), np.int32(count),
                          np.int32(first)]
-            self.kernel((n, 1, 1), self.block, tuple(args), smem=self.smem, stream=stream)
+            self.launch((n, 1, 1), tuple(args), stream)
 
 
 # the hand-over flags of sk = 1, 2: one int per block, per (device, stream), zeroed once; each
@@ -469,8 +478,11 @@ def _reduce_call(kern, device, grid, args, stream) -> None:
 
 
 _reducers: dict[int, object] = {}
-# launch the split-K reduction as a programmatic dependent of the GEMM (sm_90+; splitk_reduce.cu)
+# programmatic dependent launch (sm_90+): the split-K reduction as a dependent of its GEMM
+# (splitk_reduce.cu), the family's kernels as dependents of whatever kernel the stream ran before
+# (gemm.cu).  Switches for measurements and tests; both on by default.
 PDL_REDUCE = True
+PDL_GEMM = True
 
 
 def _stream(ops: list[Operand], device: int):
@@ -703,7 +715,7 @@ def _direct_call(rec, pa, pb, pd, device, stream) -> None:
         pa, pb = pb, pa
     # with the pointers' alignment in the key, vec is fixed: the launchers and the constant
     # arguments are built once and kept
-    key = (rec, pa % 16, pb % 16, pd % 16)
+    key = (rec, pa % 16, pb % 16, pd % 16, PDL_GEMM)
     pre = _prepared.get(key)
     if pre is None:
         vec = vector_width((pa, lda, sa), (pb, ldb, sb), (pd, ldd, sd))
@@ -717,21 +729,28 @@ def _direct_call(rec, pa, pb, pd, device, stream) -> None:
             grid, args = fn.family_args(M, N, K, count, 0, lda, sa, 0, ldb, sb, 0, 0, 0, 0, ldd, sd, 1.0, 0.0, 1)
             red = None
         fn.kernel._allow_smem(fn.smem)
-        pre = _prepared[key] = (fn.kernel._fn, grid, fn.block, args, fn.smem, red, count * splits * M * ldw)
-    raw, grid, block, args, smem, red, work_floats = pre
+        if PDL_GEMM and fn.pdl_ok:
+            go = fn.kernel.dependent(grid, fn.block, "".join(a.dtype.char for a in args), fn.smem)
+        else:
+            raw, block, smem = fn.kernel._fn, fn.block, fn.smem
+
+            def go(args, stream):
+                raw(grid, block, args, shared_mem=smem, stream=stream)
+        pre = _prepared[key] = (go, args, red, count * splits * M * ldw)
+    go, args, red, work_floats = pre
     args = list(args)
     ia, ib, id_ = _Launcher.PTR_SLOTS
     args[ia], args[ib] = np.uint64(pa), np.uint64(pb)
     if red is None:
         args[id_] = np.uint64(pd)
-        raw(grid, block, tuple(args), shared_mem=smem, stream=stream)
+        go(tuple(args), stream)
         return
     cupy = runtime._cupy()
     with stream:  # the pool hands the workspace out for this stream's order
         work = cupy.empty(work_floats, dtype=np.float32)
     wp = np.uint64(work.data.ptr)
     args[id_] = wp
-    raw(grid, block, tuple(args), shared_mem=smem, stream=stream)
+    go(tuple(args), stream)
     kern, rgrid, rargs = red
     rargs = list(rargs)
     rargs[_REDUCE_W], rargs[_REDUCE_D] = wp, np.uint64(pd)

@@ -151,18 +151,24 @@ class LoadedKernel:
             self._allow_smem(smem)
         self._fn(tuple(grid), tuple(block), tuple(args), shared_mem=smem, stream=stream)
 
-    def launch_dependent(self, grid, block, args, *, stream=None) -> None:
-        """Launch as a programmatic dependent of the kernel before it in ``stream`` (sm_90+): the
-        grid may be scheduled while that kernel's last blocks still run, so the kernel must execute
-        ``griddepcontrol.wait`` before it touches memory that kernel writes.  ``args``: NumPy
-        scalars, as for ``__call__``."""
-        key = (tuple(grid), tuple(block), "".join(a.dtype.char for a in args))
+    def dependent(self, grid, block, chars: str, smem: int = 0) -> "_DependentLaunch":
+        """A launcher of this kernel as a programmatic dependent of the kernel before it in the
+        stream (sm_90+), for one grid, block, parameter list (NumPy type codes) and shared memory
+        size: the grid may be scheduled while that kernel's last blocks still run, so the kernel
+        must execute ``griddepcontrol.wait`` before it touches memory that kernel writes."""
+        key = (tuple(grid), tuple(block), chars, smem)
         launch = self._dependent.get(key)
         if launch is None:
+            if smem:
+                self._allow_smem(smem)
             launch = _DependentLaunch(self._fn.ptr, *key)
             if len(self._dependent) < 1024:
                 self._dependent[key] = launch
-        launch(args, stream)
+        return launch
+
+    def launch_dependent(self, grid, block, args, *, smem: int = 0, stream=None) -> None:
+        """``dependent(...)`` and launch it: ``args`` NumPy scalars, as for ``__call__``."""
+        self.dependent(grid, block, "".join(a.dtype.char for a in args), smem)(args, stream)
 
     def attribute(self, name: str) -> int:
         """A CU_FUNC_ATTRIBUTE_* value, e.g. ``attribute("NUM_REGS")``."""
@@ -181,7 +187,7 @@ class _DependentLaunch:
     launch packs the values and sets the stream under a lock (the driver copies the parameters
     during the call)."""
 
-    def __init__(self, fn_ptr: int, grid: tuple, block: tuple, chars: str):
+    def __init__(self, fn_ptr: int, grid: tuple, block: tuple, chars: str, smem: int = 0):
         from cuda.bindings import driver
 
         self._driver = driver
@@ -197,7 +203,7 @@ class _DependentLaunch:
         cfg = self._cfg = driver.CUlaunchConfig()
         cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = (int(g) for g in grid)
         cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = (int(b) for b in block)
-        cfg.sharedMemBytes = 0
+        cfg.sharedMemBytes = int(smem)
         cfg.attrs = [attr]
         cfg.numAttrs = 1
         self._lock = threading.Lock()

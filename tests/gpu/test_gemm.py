@@ -306,21 +306,42 @@ def test_repeat_split_k_calls_take_the_direct_path(cp, shape):
     assert e.direct is not None and e.direct[-3] == 4
 
 
-def test_split_k_reduction_with_and_without_pdl_agree(cp):
+def test_results_with_and_without_pdl_agree(cp):
     from tilegemm import api
 
     rng = cp.random.default_rng()
     a = rng.standard_normal((128, 2048), dtype=np.float32)
     b = rng.standard_normal((2048, 512), dtype=np.float32)
-    cfg = {**tuning.BIG, "splits": 8}
-    outs = []
-    try:
-        for pdl in (True, False, True):
-            api.PDL_REDUCE = pdl
-            outs.append(tilegemm.matmul(a, b, config=cfg))
-    finally:
-        api.PDL_REDUCE = True
-    assert bool(cp.array_equal(outs[0], outs[1])) and bool(cp.array_equal(outs[0], outs[2]))
+    for cfg in ({**tuning.BIG, "splits": 8}, tuning.BIG, {**tuning.BIG, "sk": 1}):
+        outs = []
+        try:
+            for pdl in (True, False, True):
+                api.PDL_GEMM = api.PDL_REDUCE = pdl
+                outs.append(tilegemm.matmul(a, b, config=cfg))
+        finally:
+            api.PDL_GEMM = api.PDL_REDUCE = True
+        assert bool(cp.array_equal(outs[0], outs[1])) and bool(cp.array_equal(outs[0], outs[2])), cfg
+
+
+@pytest.mark.parametrize("cfg", [{**tuning.BIG, "splits": 3}, tuning.BIG, tuning.SMALL, {**tuning.BIG, "sk": 2,
+                                                                                      "splits": 2}])
+def test_chained_products_read_what_the_kernel_before_wrote(cp, cfg):
+    """x <- x @ m, twenty times back to back, each product reading the one before it (or, now and
+    then, a CuPy kernel's output): with PDL a kernel may be scheduled while the one before it runs,
+    and only its wait keeps it from reading an unfinished x.  Compared with the same chain in
+    float64 (m orthogonal, so x keeps its size)."""
+    rng = cp.random.default_rng()
+    n = 192
+    q, _ = cp.linalg.qr(rng.standard_normal((n, n)))
+    m = q.astype(np.float32)
+    x = rng.standard_normal((100, n), dtype=np.float32)
+    ref = x.astype(np.float64)
+    for i in range(20):
+        if i % 4 == 3:  # now and then a CuPy kernel writes the next input
+            x, ref = x * 0.5, ref * 0.5
+        x = tilegemm.matmul(x, m, config=cfg)
+        ref = ref @ m.astype(np.float64)
+    assert float(cp.linalg.norm(x - ref) / cp.linalg.norm(ref)) < 20 * TOL
 
 
 def test_split_k_on_a_torch_stream(cp):

@@ -30,6 +30,10 @@
 // sums k in [s * k_split, min(K, (s + 1) * k_split)) and writes its own D[z]; the host then adds the
 // splits (splitk_reduce.cu), so results stay deterministic.
 // Edges: unchecked interior path, zero-filled predicated loads and checked stores at the edges.
+// PDL (sm_90+): the host launches the kernel as a programmatic dependent of the kernel before it in
+// the stream, so its blocks may be scheduled while that kernel finishes; griddepcontrol.wait, the
+// first thing every thread does, holds them until that kernel has completed and its stores are
+// visible (it returns at once after an ordinary launch).
 #include "tg_tiles.cuh"
 #include "tg_async.cuh"
 
@@ -341,6 +345,9 @@ extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
     long long sC, float *D, long long ldd, long long sD, float alpha, float beta, int k_split,
     int splits, float *W, int *flags, int epoch, int count, int first) {
     extern __shared__ __align__(16) float smem[];
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");  // PDL: see the header
+#endif
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int tr = (warp / WARPS_N) * LM + lane / LN;  // 0 .. ROWS_T-1
     const int tc = (warp % WARPS_N) * LN + lane % LN;  // 0 .. COLS_T-1

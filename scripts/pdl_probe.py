@@ -3,7 +3,8 @@ and the family's kernels as dependents of the kernel before them; cuBLAS beside,
 turns (bench.time_interleaved).  Each variant is checked first against float64 on fresh inputs,
 several times (a missing wait would show as a wrong or moving error).
 
-usage: python scripts/pdl_probe.py [quick]   (results: $OUT/<gpu>-<date>-pdl.json)
+usage: python scripts/pdl_probe.py [quick | host]   (results: $OUT/<gpu>-<date>-pdl.json; quick: two
+timing rounds instead of three; host: only the host cost per call, into ...-host-pdl.json)
 """
 import os
 import sys
@@ -28,7 +29,8 @@ def _set(mode):
 def main() -> int:
     cupy = runtime._cupy()
     rows, checks = [], []
-    for (M, N, K, batch) in SHAPES:
+    host_only = sys.argv[1:] == ["host"]
+    for (M, N, K, batch) in ([] if host_only else SHAPES):
         n_sets = bench._n_sets(M, N, K, batch)
         sets = [bench.make_operands(M, N, K, "NN", batch=batch) for _ in range(n_sets)]
         shape = ((batch,) if batch > 1 else ()) + (M, N)
@@ -95,7 +97,8 @@ def main() -> int:
     print("host us per call (16x64x4096):", {k: [round(x, 1) for x in v] for k, v in host.items()}, flush=True)
     _set("PDL")
     doc = bench.results_document([], kind="pdl", timings=rows, checks=checks, host_us_per_call=host)
-    print("wrote", bench.write_results(doc, os.environ.get("OUT", "benchmarks/results"), tag="pdl"))
+    print("wrote", bench.write_results(doc, os.environ.get("OUT", "benchmarks/results"),
+                                       tag="host-pdl" if host_only else "pdl"))
     return 0
 
 

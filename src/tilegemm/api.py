@@ -690,9 +690,10 @@ class _Fast:
 
 
 def _direct_launch(p: Plan, d_b, d_lay, device):
-    """The family launch a plain 2-D or uniformly batched product needs (with splits > 1, and the
-    reduction after it), with every argument but the pointers fixed; None where the call needs more
-    (stream-K and sk = 2's flags, host loops, K = 0)."""
+    """The record of the family launches a plain 2-D or uniformly batched product needs (with
+    splits > 1 the reduction after it; stream-K and sk = 2 too), from which ``_direct_prepare``
+    builds them with every argument but the pointers fixed; None where the call needs more (host
+    loops, K = 0)."""
     from . import tuning
 
     swap, M, N, lay_a, lay_b, a_b, b_b = _oriented(p, d_lay)
@@ -703,7 +704,7 @@ def _direct_launch(p: Plan, d_b, d_lay, device):
     layout = lay_a[0] + lay_b[0]
     cfg = dict(p.config) if p.config else dict(tuning.select(device, layout, M, N, K, count))
     splits = max(1, min(int(cfg.pop("splits", 1)), -(-K // 4)))  # as _run_family
-    if cfg.get("sk") or count * splits > _GRID_Z:
+    if count * splits > _GRID_Z:
         return None
     return (layout, M, N, K, count, lay_a[1], sa, lay_b[1], sb, d_lay[1], sd, splits, tuple(sorted(cfg.items())),
             swap)
@@ -716,51 +717,69 @@ def _direct_call(rec, pa, pb, pd, device, stream) -> None:
     # with the pointers' alignment in the key, vec is fixed: the launchers and the constant
     # arguments are built once and kept
     key = (rec, pa % 16, pb % 16, pd % 16, PDL_GEMM)
-    pre = _prepared.get(key)
-    if pre is None:
-        vec = vector_width((pa, lda, sa), (pb, ldb, sb), (pd, ldd, sd))
-        fn = launcher(registry.FAMILY.name, layout, vec, device, cfg, (lda, ldb))
-        ldw = -(-N // 4) * 4  # the split-K workspace, as _run_family lays it out
-        if splits > 1:
-            grid, args = fn.family_args(M, N, K, count, 0, lda, sa, 0, ldb, sb, 0, 0, 0, 0, ldw, M * ldw, 1.0, 0.0,
-                                        splits)
-            red = _reduce_launch(device, M, N, count, splits, 0, 0, 0, 0, pd, ldd, sd, 1.0, 0.0, ldw)
-        else:
-            grid, args = fn.family_args(M, N, K, count, 0, lda, sa, 0, ldb, sb, 0, 0, 0, 0, ldd, sd, 1.0, 0.0, 1)
-            red = None
-        fn.kernel._allow_smem(fn.smem)
-        if PDL_GEMM and fn.pdl_ok:
-            go = fn.kernel.dependent(grid, fn.block, "".join(a.dtype.char for a in args), fn.smem)
-        else:
-            raw, block, smem = fn.kernel._fn, fn.block, fn.smem
+    call = _prepared.get(key)
+    if call is None:
+        call = _prepared[key] = _direct_prepare(rec, device, vector_width((pa, lda, sa), (pb, ldb, sb), (pd, ldd, sd)))
+    call(pa, pb, pd, stream)
 
-            def go(args, stream):
-                raw(grid, block, args, shared_mem=smem, stream=stream)
-        pre = _prepared[key] = (go, args, red, count * splits * M * ldw)
-    go, args, red, work_floats = pre
-    args = list(args)
-    ia, ib, id_ = _Launcher.PTR_SLOTS
-    args[ia], args[ib] = np.uint64(pa), np.uint64(pb)
-    if red is None:
-        args[id_] = np.uint64(pd)
-        go(tuple(args), stream)
-        return
+
+def _direct_prepare(rec, device, vec):
+    """``call(pa, pb, pd, stream)`` for one memo record and load width: the launches of
+    ``_run_family`` with everything but the pointers (and the per-call workspace and flags) fixed."""
+    layout, M, N, K, count, lda, sa, ldb, sb, ldd, sd, splits, cfg, swap = rec
+    fn = launcher(registry.FAMILY.name, layout, vec, device, cfg, (lda, ldb))
+    sk = dict(cfg).get("sk", 0)
     cupy = runtime._cupy()
-    with stream:  # the pool hands the workspace out for this stream's order
-        work = cupy.empty(work_floats, dtype=np.float32)
-    wp = np.uint64(work.data.ptr)
-    args[id_] = wp
-    go(tuple(args), stream)
-    kern, rgrid, rargs = red
-    rargs = list(rargs)
-    rargs[_REDUCE_W], rargs[_REDUCE_D] = wp, np.uint64(pd)
-    _reduce_call(kern, device, rgrid, tuple(rargs), stream)
+    if sk:  # stream-K, split-K summed in the kernel: the launcher's methods take their flags per call
+        def call(pa, pb, pd, stream):
+            with stream:  # the pool hands the workspace out for this stream's order
+                if sk == 1:
+                    fn.stream_k(M, N, K, count, pa, lda, sa, pb, ldb, sb, 0, 0, 0, pd, ldd, sd, 1.0, 0.0, device,
+                                stream)
+                else:
+                    fn.split_summed(M, N, K, count, pa, lda, sa, pb, ldb, sb, 0, 0, 0, pd, ldd, sd, 1.0, 0.0,
+                                    splits, device, stream)
+        return call
+    ldw = -(-N // 4) * 4  # the split-K workspace, as _run_family lays it out
+    if splits > 1:
+        grid, args = fn.family_args(M, N, K, count, 0, lda, sa, 0, ldb, sb, 0, 0, 0, 0, ldw, M * ldw, 1.0, 0.0, splits)
+    else:
+        grid, args = fn.family_args(M, N, K, count, 0, lda, sa, 0, ldb, sb, 0, 0, 0, 0, ldd, sd, 1.0, 0.0, 1)
+    fn.kernel._allow_smem(fn.smem)
+    if PDL_GEMM and fn.pdl_ok:
+        go = fn.kernel.dependent(grid, fn.block, "".join(a.dtype.char for a in args), fn.smem)
+    else:
+        raw, block, smem = fn.kernel._fn, fn.block, fn.smem
+
+        def go(args, stream):
+            raw(grid, block, args, shared_mem=smem, stream=stream)
+    ia, ib, id_ = _Launcher.PTR_SLOTS
+    if splits == 1:
+        def call(pa, pb, pd, stream):
+            a = list(args)
+            a[ia], a[ib], a[id_] = np.uint64(pa), np.uint64(pb), np.uint64(pd)
+            go(tuple(a), stream)
+        return call
+    kern, rgrid, rargs = _reduce_launch(device, M, N, count, splits, 0, 0, 0, 0, 0, ldd, sd, 1.0, 0.0, ldw)
+    work_floats = count * splits * M * ldw
+
+    def call(pa, pb, pd, stream):
+        with stream:  # the pool hands the workspace out for this stream's order
+            work = cupy.empty(work_floats, dtype=np.float32)
+        wp = np.uint64(work.data.ptr)
+        a = list(args)
+        a[ia], a[ib], a[id_] = np.uint64(pa), np.uint64(pb), wp
+        go(tuple(a), stream)
+        r = list(rargs)
+        r[_REDUCE_W], r[_REDUCE_D] = wp, np.uint64(pd)
+        _reduce_call(kern, device, rgrid, tuple(r), stream)
+    return call
 
 
 _REDUCE_W, _REDUCE_D = 4, 9  # where _reduce_launch puts the workspace and D pointers
 
 
-_prepared: dict[tuple, tuple] = {}
+_prepared: dict[tuple, object] = {}
 
 
 _fast: dict[tuple, _Fast] = {}

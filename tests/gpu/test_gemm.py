@@ -280,16 +280,18 @@ def test_repeat_calls_with_a_config_use_their_own_memo_entry(cp):
             tilegemm.matmul(a, b, config={"stages": 9})
 
 
+@pytest.mark.parametrize("cfg", [{**tuning.BIG, "splits": 4}, {**tuning.BIG, "sk": 1},
+                                 {**tuning.BIG, "sk": 2, "splits": 3}])
 @pytest.mark.parametrize("shape", [(96, 260, 3000), (200, 130, 517), (33, 4, 4096)])
-def test_repeat_split_k_calls_take_the_direct_path(cp, shape):
-    """Split-K through the memo: the GEMM into a workspace, then the reduction launched as a
-    programmatic dependent (sm_90+).  Many calls queued back to back with fresh inputs and
-    poisoned outputs, checked only afterwards: a reduction that did not wait for its GEMM, or a
-    workspace handed to the next call too early, gives a wrong or moving result."""
+def test_repeat_split_k_calls_take_the_direct_path(cp, shape, cfg):
+    """Split-K, stream-K and sk = 2 through the memo's direct path (split-K: the GEMM into a
+    workspace, then the reduction launched as a programmatic dependent on sm_90+).  Many calls
+    queued back to back with fresh inputs and poisoned outputs, checked only afterwards: a kernel
+    that did not wait for the one before it, or a workspace or flags handed to the next call too
+    early, give a wrong or moving result."""
     from tilegemm import api
 
     M, N, K = shape
-    cfg = {**tuning.BIG, "splits": 4}
     rng = cp.random.default_rng()
     jobs = []
     for _ in range(12):
@@ -303,7 +305,7 @@ def test_repeat_split_k_calls_take_the_direct_path(cp, shape):
         assert float(cp.linalg.norm(out - ref) / cp.linalg.norm(ref)) < TOL
         assert bool(cp.array_equal(out, res))
     e = api._fast[next(k for k in api._fast if k[-1] == tuple(sorted(cfg.items())) and k[0][1] == (M, K))]
-    assert e.direct is not None and e.direct[-3] == 4
+    assert e.direct is not None and dict(e.direct[-2]).get("sk") == cfg.get("sk")
 
 
 def test_results_with_and_without_pdl_agree(cp):

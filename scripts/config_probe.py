@@ -14,7 +14,7 @@ from tilegemm import api, bench, runtime, tuning
 
 def main() -> int:
     layout, case, tag = sys.argv[1:4]
-    batch, M, N, K = bench.parse_case(case)
+    M, N, K, batch = bench.parse_case(case)
     cfgs = {"shipped": dict(tuning.select(0, layout, M, N, K, batch))}
     extra = []
     for arg in sys.argv[4:]:

@@ -1,10 +1,11 @@
 // Rung 1 - 01_naive: one thread per output element.
 //
-// Follows: seed 004 Fig. 4.3 (the basic matrix multiplication kernel) and seed 002 §1 (naive GEMM).
+// Follows: Memory and data locality (Kirk & Hwu, ch. 4) §4.2, Fig. 4.3 (the basic matrix
+// multiplication kernel) and GEMM illustrated §2 (naive GEMM); sources in docs/sources.md.
 // What it does: thread (x, y) of the grid computes C(m, n) with m = y, n = x as a dot product of
 // row m of A and column n of B, read straight from global memory.  Each FMA needs two 4-byte loads:
-// a compute-to-global-memory-access ratio of 0.25 FLOP/B (seed 004 §4.2), so it is bound by memory
-// (mostly L1/L2 hits) at a few percent of FP32 peak.
+// a compute-to-global-memory-access ratio of 0.25 FLOP/B (Memory and data locality §4.2), so it is
+// bound by memory (mostly L1/L2 hits) at a few percent of FP32 peak.
 // Constraints: block = BLOCK_X x BLOCK_Y threads (defaults 16 x 16; BLOCK_X * BLOCK_Y <= 1024);
 // grid covers N x M; any M, N, K >= 1; any layout (tg_common.cuh).
 #include "tg_common.cuh"

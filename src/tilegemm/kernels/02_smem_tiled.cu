@@ -1,13 +1,14 @@
 // Rung 2 - 02_smem_tiled: shared-memory tiles with barriers and boundary checks.
 //
+// Follows: Memory and data locality (Kirk & Hwu, ch. 4) §4.4-4.7; sources in docs/sources.md.
 // Changed from rung 1: the block's TILE x TILE threads cooperatively load one TILE x TILE tile of A
 // and one of B into shared memory per phase ("strip-mining" K), synchronise, then each thread does
 // TILE FMAs from shared memory.  Every global element is loaded by one thread and used TILE times,
-// so global traffic drops by TILE (seed 004 §4.4-4.5, Fig. 4.16).
-// Boundary checks (seed 004 Fig. 4.20): tile elements outside A or B are loaded as 0.0f, so the
+// so global traffic drops by TILE (Memory and data locality §4.4-4.5, Fig. 4.16).
+// Boundary checks (§4.6, Fig. 4.20): tile elements outside A or B are loaded as 0.0f, so the
 // partial last phase adds nothing; only outputs inside C are stored.  Any M, N, K >= 1.
 // Shared memory is `extern __shared__`, sized at launch (2 * TILE * TILE floats) after the host
-// checks it against the device's per-block limit (seed 004 §4.7).
+// checks it against the device's per-block limit (§4.7).
 // Constraints: TILE * TILE <= 1024 threads; 2 * TILE^2 * 4 bytes <= shared memory per block.
 #include "tg_common.cuh"
 

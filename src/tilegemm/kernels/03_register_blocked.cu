@@ -1,9 +1,11 @@
 // Rung 3 - 03_register_blocked: each thread computes an 8x8 micro-tile from registers.
 //
+// Follows: GEMM illustrated §3-4 and GEMM part 2 §1.1; sources in docs/sources.md.
 // Changed from rung 2: the block tile grows to 128 x 128 with BK = 8, and each of the 256 threads
 // owns 8 x 8 = 64 outputs (rows ty*8.., columns tx*8..).  Per k it reads 8 values of A and 8 of B
 // from shared memory into registers and does 64 FMAs: 4 FMAs per shared-memory load instead of
-// 1 (seed 002 §4, sgemm_V1; block/thread parameters bm=bn=128, bk=8, rm=rn=8 of seed 001 §1).
+// 1 (GEMM illustrated §4, sgemm_V1, on §3's split-by-k tiles; block/thread parameters bm=bn=128,
+// bk=8, rm=rn=8 of GEMM part 2 §1.1).
 // Shared memory keeps A as stored (As[m][k]), so a thread's 8 A values are 8 words apart: scalar
 // loads with 2-way bank conflicts, fixed by rung 4.  Loads are 4-byte, one element at a time.
 // Edges: a block whose tile lies inside C and whose K tile is full takes the unchecked path;

@@ -1,10 +1,11 @@
 // Rung 4 - 04_vectorized: 16-byte global and shared loads, A transposed in shared memory.
 //
+// Follows: GEMM part 2 §2.2 and GEMM illustrated §5.2; sources in docs/sources.md.
 // Changed from rung 3: global loads are float4 along each operand's contiguous direction
 // (LDG.128: a quarter of the load instructions), and A is stored transposed, As[k][m], so a
 // thread's 8 A values for one k are contiguous like its 8 B values: two LDS.128 each instead of
-// eight LDS.32 (seed 001 §2.2, seed 002 §5.2 "store A transposed").  Same tile (128/8/128/8/8,
-// 256 threads), same single shared buffer with two barriers per K step.
+// eight LDS.32 (GEMM part 2 §2.2; GEMM illustrated §5.2, "store A transposed").  Same tile
+// (128/8/128/8/8, 256 threads), same single shared buffer with two barriers per K step.
 // Edges: as rung 3 (unchecked interior path; zero-filled loads and checked stores at the edges).
 // Constraints: operands 16-byte aligned with leading dimensions divisible by 4 for TG_VEC=4; the
 // host picks TG_VEC=1 (4-byte loads, same arithmetic) otherwise.  Any M, N, K >= 1.

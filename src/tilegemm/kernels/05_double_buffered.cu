@@ -1,15 +1,18 @@
 // Rung 5 - 05_double_buffered: prefetching at two levels, one barrier per K step.
 //
-// Changed from rung 4 (seed 001 §1.2-2.4): two shared-memory buffers and two register fragments.
+// Follows: GEMM part 2 §1.2-2.4 (prefetching) and §3 (its parameter table); sources in
+// docs/sources.md.
+// Changed from rung 4: two shared-memory buffers and two register fragments.
 // While the block computes on tile t from one buffer, each thread already holds tile t+1 in
 // registers (its LDG.128s were issued before the FMAs, so their latency hides behind them); after
 // the last FMA step it stores them into the other buffer and the block meets one __syncthreads().
 // Inside a tile, the fragment for step k+1 is read from shared memory while step k's FMAs run.
 // The block tile bm x bn, its depth bk and the thread tile rm x rn are parameters (-D BM, BK, BN,
-// RM, RN; seed 001 §3 tunes them).  The default 128/8/256/16/8 was chosen on the H100: the best
-// of the seed's table (128/16/128/8/8) loses 17% when the rows are not 16-byte aligned (4095^3:
-// 4-byte loads), this one 5% (docs/perf-notes.md).  Thread (ty, tx) owns rows ty*RM.. and columns
-// tx*RN.. as in the seed, which leaves shared-memory bank conflicts that rung 6 removes.
+// RM, RN; GEMM part 2 §3 tunes them).  The default 128/8/256/16/8 was chosen on the H100: the
+// config of that table that is fastest there (128/16/128/8/8) loses 17% when the rows are not
+// 16-byte aligned (4095^3: 4-byte loads), this one 5% (docs/perf-notes.md).  Thread (ty, tx) owns
+// rows ty*RM.. and columns tx*RN.. as in GEMM part 2, which leaves shared-memory bank conflicts
+// that rung 6 removes.
 // Edges: unchecked interior path, zero-filled loads and checked stores at the edges; any M, N, K.
 // Constraints (checked in registry.py, asserted here): RM, RN multiples of 4; BM % RM == BN % RN
 // == 0; threads (BM/RM)*(BN/RN) <= 1024; each tile splits into whole float4s per thread.

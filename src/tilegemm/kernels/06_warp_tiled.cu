@@ -1,7 +1,9 @@
 // Rung 6 - 06_warp_tiled: thread and warp layouts that make every shared-memory access conflict-free.
 //
-// Changed from rung 5 (seed 002 §5.2): the 256 threads form warps of 4 x 8 threads (4 warps down,
-// 2 across a 16 x 16 thread grid), and each thread's 8 x 8 outputs are four 4 x 4 patches 64 rows
+// Follows: GEMM illustrated §5.2 (its 4 x 8 warp, and the 8 x 8 thread tile split into four 4 x 4);
+// sources in docs/sources.md.
+// Changed from rung 5: the 256 threads form warps of 4 x 8 threads (4 warps down, 2 across a
+// 16 x 16 thread grid), and each thread's 8 x 8 outputs are four 4 x 4 patches 64 rows
 // / 64 columns apart: rows tr*4.. and 64+tr*4.., columns tc*4.. and 64+tc*4...  A fragment read
 // (LDS.128) is then one address per quarter-warp (a broadcast) and a B fragment read is eight
 // consecutive float4 per quarter-warp, one contiguous 128-byte row: no bank conflicts.  Stores

@@ -1,13 +1,16 @@
-// Rung 7 - 07_maxas: the maxas ideas that still apply on today's GPUs (seed 003, seed 000).
+// Rung 7 - 07_maxas: the maxas ideas that still apply on today's GPUs.
+//
+// Follows: the maxas article (The ultimate GEMM optimization on GPU: how the maxas assembler
+// works, on Scott Gray's maxas SGEMM), and its part 9 for the output; sources in docs/sources.md.
 //
 // Changed from rung 6:
-// - C is staged through shared memory (seed 000, maxas part 9): for each of its 8 rows a warp
+// - C is staged through shared memory (the maxas article, part 9): for each of its 8 rows a warp
 //   writes its 4 x 64 slice of results into a private 1 KB shared buffer (STS.128, conflict-free)
 //   and reads it back so that each quarter-warp stores 32 consecutive floats of C: every STG.128
 //   writes whole 128-byte lines, whatever the thread map of the main loop.
-// - maxas chose the FFMA order and register numbers by hand (seed 003); through NVRTC that is
-//   ptxas' job.  A serpentine source order was tried: ptxas then needed 143 registers and spilled
-//   under a 2-blocks/SM cap, so the plain order stays (docs/perf-notes.md).
+// - maxas chose the FFMA order and register numbers by hand (the maxas article); through NVRTC
+//   that is ptxas' job.  A serpentine source order was tried: ptxas then needed 143 registers and
+//   spilled under a 2-blocks/SM cap, so the plain order stays (docs/perf-notes.md).
 // - Occupancy: at most 128 registers a thread keeps two blocks per SM; ptxas meets that on sm_90
 //   without a __launch_bounds__ minimum (with one, sm_80 spilled), so none is set.
 // Kept from rungs 4-6: 256 threads, 128 x 128 tile, BK = 16 (-D BK), 4 x 8 warps with 4 x 4 patches (LDS.128
@@ -33,7 +36,7 @@ __device__ __forceinline__ void frag8(float *r, const float *row, int off) {
     *reinterpret_cast<float4 *>(r + 4) = *reinterpret_cast<const float4 *>(row + off + 64);
 }
 
-// acc += a * b^T (an outer product: the K loop as maxas runs it, seed 003)
+// acc += a * b^T (an outer product: the K loop as maxas runs it, per the maxas article)
 __device__ __forceinline__ void outer8(float (*acc)[8], const float *a, const float *b) {
 #pragma unroll
     for (int i = 0; i < 8; ++i)

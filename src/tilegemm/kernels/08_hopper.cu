@@ -1,4 +1,5 @@
-// Rung 8 - 08_hopper: what the H100 needs beyond the seeds, each choice measured (docs/perf-notes.md).
+// Rung 8 - 08_hopper: what the H100 needs beyond the source documents (docs/sources.md), each choice
+// measured (docs/perf-notes.md).
 //
 // Changed from rung 7:
 // - cp.async pipeline (-D STAGES=3): tiles go global -> shared by LDGSTS, with STAGES-1 tiles in

@@ -7,8 +7,8 @@
 //
 // Parameters (-D):
 //   BM, BN     block tile (rows, columns of D per block)      BK   tile depth (k per shared tile)
-//   TM, TN     thread tile, each split into 4 x 4 patches (seed 002 §5.2) so every fragment read
-//              is one LDS.128 and a quarter-warp reads one contiguous run of B
+//   TM, TN     thread tile, each split into 4 x 4 patches (GEMM illustrated §5.2, docs/sources.md)
+//              so every fragment read is one LDS.128 and a quarter-warp reads one contiguous run of B
 //   LN         lanes of a warp along N (the warp is 32/LN x LN threads)
 //   MINB       blocks per SM asked of ptxas (__launch_bounds__); 0: no request
 //   SWIZZLE    block rows per group of the 1-D block order (L2 reuse, rung 8); 0/1: off

@@ -2,10 +2,10 @@
 //
 // Shared memory always holds the A tile k-major, As[k][m], and the B tile as Bs[k][n], so a thread's
 // A values and B values for one k are contiguous (LDS.128).  Whether that needs a transpose on the
-// way in depends on the operand's layout in global memory (seed 001 §2.2: "A is transposed into
-// shared memory"); the loads themselves are always along the contiguous direction in global
-// memory, 16 bytes wide (TG_VEC=4) when the operand is 16-byte aligned with ld % 4 == 0, else 4
-// bytes wide (TG_VEC=1; same values, more instructions).
+// way in depends on the operand's layout in global memory (GEMM part 2 §2.2, docs/sources.md: A is
+// transposed on its way into shared memory); the loads themselves are always along the contiguous
+// direction in global memory, 16 bytes wide (TG_VEC=4) when the operand is 16-byte aligned with
+// ld % 4 == 0, else 4 bytes wide (TG_VEC=1; same values, more instructions).
 #pragma once
 #include "tg_common.cuh"
 
@@ -35,8 +35,8 @@ struct GTile {
     __device__ __forceinline__ void next_rows(int n, tg_idx ld) { p += n * ld; }
     __device__ __forceinline__ void next_cols(int n) { p += n; }
 
-    // The tile at (r0, c0).  EDGE: elements with row >= rows or column >= cols read as 0 (seed 004
-    // Fig. 4.20), so a partial tile adds nothing to the sums.
+    // The tile at (r0, c0).  EDGE: elements with row >= rows or column >= cols read as 0 (Memory and
+    // data locality §4.6, Fig. 4.20), so a partial tile adds nothing to the sums.
     template <bool EDGE>
     __device__ __forceinline__ void load(tg_idx ld, int r0, int c0, int rows, int cols, int tid) {
         const int r = r0 + tid / (COLS / 4), c = c0 + (tid % (COLS / 4)) * 4;

@@ -1,4 +1,4 @@
-"""GPU-free: the command line."""
+"""GPU-free: the command line and the one shape/config syntax every command shares."""
 
 import subprocess
 import sys
@@ -6,19 +6,25 @@ import sys
 import pytest
 
 from tilegemm import cli
-from tilegemm.bench import parse_case, parse_size
+from tilegemm.parsing import format_shape, parse_config, parse_shape
 
 from conftest import HAVE_GPU
 
 
-def run(*args):
-    return subprocess.run([sys.executable, "-m", "tilegemm.cli", *args], capture_output=True, text=True)
+def run(*args, module="tilegemm"):
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True)
 
 
-@pytest.mark.parametrize("cmd", [[], ["bench"], ["tune"], ["ladder"]])
+@pytest.mark.parametrize("cmd", [[], ["bench"], ["tune"], ["ladder"], ["explain"]])
 def test_help(cmd):
     res = run(*cmd, "--help")
     assert res.returncode == 0 and "usage: tilegemm" in res.stdout
+
+
+def test_python_dash_m_runs_the_cli():
+    res = run("--version")
+    assert res.returncode == 0 and res.stdout.startswith("tilegemm ")
+    assert run("--version", module="tilegemm.cli").stdout == res.stdout
 
 
 @pytest.mark.skipif(HAVE_GPU, reason="checks the GPU-free path")
@@ -33,39 +39,44 @@ def test_bench_without_gpu_compiles_and_says_so():
 
 @pytest.mark.skipif(HAVE_GPU, reason="checks the GPU-free path")
 def test_tune_without_gpu_lists_candidates():
-    res = run("tune", "--shapes", "4096", "16x4096x4096")
+    res = run("tune", "--shapes", "4096", "16x4096x4096", "64x512x512x512")
     assert res.returncode == 0, res.stderr
     out = " ".join(res.stdout.split())
     assert "No CUDA GPU here: candidates enumerated and pruned" in out and "splits=4" in out
+    assert "64x512x512x512" in out
 
 
-def test_bench_rejects_unknown_kernel():
-    res = run("bench", "--kernels", "nope")
-    assert res.returncode == 2 and "kernel='nope' is not a tilegemm kernel" in res.stdout
+@pytest.mark.skipif(HAVE_GPU, reason="checks the GPU-free path")
+def test_explain_takes_the_shared_shape_syntax(capsys):
+    assert cli.main(["explain", "gemm", "--shape", "512x256x128", "--no-measure", "--json"]) == 0
+    assert '"shape": [\n  512,\n  256,\n  128\n ]' in capsys.readouterr().out
 
 
-def test_bench_rejects_bad_size():
-    assert cli.main(["bench", "--sizes", "12xq", "--no-write"]) == 2
+@pytest.mark.parametrize("text,dims", [("4096", (4096, 4096, 4096, 1)), ("128x4096x4096", (128, 4096, 4096, 1)),
+                                       ("3x5x7", (3, 5, 7, 1)), ("64x512x512x512", (512, 512, 512, 64)),
+                                       ("2x3x5x7", (3, 5, 7, 2)), (" 8X9X10 ", (8, 9, 10, 1))])
+def test_parse_shape(text, dims):
+    assert parse_shape(text) == dims
+    M, N, K, b = dims
+    assert parse_shape(format_shape(M, N, K, b)) == dims
 
 
-@pytest.mark.parametrize("text,dims", [("4096", (4096,) * 3), ("128x4096x4096", (128, 4096, 4096)), ("3x5x7", (3, 5, 7))])
-def test_parse_size(text, dims):
-    assert parse_size(text) == dims
+@pytest.mark.parametrize("text,why", [
+    ("0", "has a zero"), ("-5", "is not MxNxK"), ("2x3", "has 2 numbers"), ("4096x", "is not MxNxK"),
+    ("x4096", "is not MxNxK"), ("1x2x3x4x5", "has 5 numbers"), ("ax3x4", "is not MxNxK"), ("0x3x4x5", "has a zero"),
+    ("4096x0x8", "has a zero"), ("4,4,4", "is not MxNxK"), ("4*4*4", "is not MxNxK"), ("", "is not MxNxK"),
+    ("1.5x2x3", "is not MxNxK"), ("3000000000x2x2", r"above 2\^31 - 1"),
+])
+def test_parse_shape_errors(text, why):
+    with pytest.raises(ValueError, match=why) as info:
+        parse_shape(text)
+    assert "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize("text", ["0", "2x3", "ax3x4", "1x2x3x4", "-5"])
-def test_parse_size_errors(text):
-    with pytest.raises(ValueError):
-        parse_size(text)
-
-
-@pytest.mark.parametrize("text,case", [("4096", (4096, 4096, 4096, 1)), ("128x4096x4096", (128, 4096, 4096, 1)),
-                                       ("64x512x512x512", (512, 512, 512, 64)), ("2x3x5x7", (3, 5, 7, 2))])
-def test_parse_case(text, case):
-    assert parse_case(text) == case
-
-
-@pytest.mark.parametrize("text", ["0", "2x3", "0x3x4x5", "ax3x4x5", "1x2x3x4x5"])
-def test_parse_case_errors(text):
-    with pytest.raises(ValueError):
-        parse_case(text)
+def test_parse_config():
+    assert parse_config("bm=128, bn=64") == {"bm": 128, "bn": 64}
+    assert parse_config(None) is None and parse_config("") is None
+    for bad, why in [("bm", "is not NAME=VALUE"), ("=4", "is not NAME=VALUE"), ("bm=x", "must be an integer"),
+                     ("bm=1.5", "must be an integer"), ("bm=1,bm=2", "twice"), ("b m=1", "is not NAME=VALUE")]:
+        with pytest.raises(ValueError, match=why):
+            parse_config(bad)

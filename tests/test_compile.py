@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tilegemm import CompileError, compiler, registry
+from tilegemm import CompileError, compiler, cubin, registry
+from tilegemm.occupancy import Limits
 from tilegemm.instruments import sass
 
 ARCHS = ["sm_80", "sm_90"]
@@ -134,15 +135,21 @@ def test_config_constraints_are_checked_before_compiling(cache_dir):
     ((8, 6), "sm_86"), ("compute_90", "sm_90"),
 ])
 def test_normalize_arch(text, expected):
+    from tilegemm import gpu
+
     if text is None:
-        assert compiler.normalize_arch(None) in ("sm_90", compiler.current_arch())
+        assert compiler.normalize_arch(None) in ("sm_90", gpu.current_arch())
     else:
         assert compiler.normalize_arch(text) == expected
 
 
-def test_bad_arch():
-    with pytest.raises(ValueError, match="arch='hopper' is not a GPU architecture"):
-        compiler.normalize_arch("hopper")
+@pytest.mark.parametrize("text,why", [("hopper", "is not a GPU architecture"), ("sm_70", "is not supported"),
+                                      ("sm_75", "is not supported"), ("sm_86a", "is not supported"),
+                                      ("sm_999", "is not supported"), ("", "is not a GPU architecture")])
+def test_bad_arch_lists_the_supported_ones(text, why):
+    with pytest.raises(ValueError, match=f"arch={text!r} {why}") as info:
+        compiler.normalize_arch(text)
+    assert "sm_80" in str(info.value) and "sm_90" in str(info.value) and "\n" not in str(info.value)
 
 
 def test_parse_resources():
@@ -153,17 +160,17 @@ def test_parse_resources():
         "ptxas         .     8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads\n"
         "ptxas info    : Used 40 registers, used 1 barriers, 4096 bytes smem, 400 bytes cmem[0]\n"
     )
-    r = compiler.parse_resources(log, "k")
+    r = cubin.parse_resources(log, "k")
     assert (r.registers, r.barriers, r.shared_bytes, r.stack_bytes, r.spill_stores, r.spill_loads) == (40, 1, 4096, 8, 4, 12)
     with pytest.raises(CompileError):
-        compiler.parse_resources(log, "other")
+        cubin.parse_resources(log, "other")
 
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("name", sorted(registry.RUNGS))
 def test_elf_resources_agree_with_ptxas(name, arch):
     k = registry.get(name).compile(arch=arch)
-    elf = compiler.elf_resources(k.cubin, k.entry, arch)
+    elf = cubin.elf_resources(k.cubin, k.entry, arch)
     assert elf.registers == k.resources.registers
     assert elf.stack_bytes == k.resources.stack_bytes
     assert elf.shared_bytes == k.resources.shared_bytes
@@ -225,7 +232,7 @@ def test_unaligned_variant_uses_narrow_global_loads(name):
 
 @pytest.mark.parametrize("cfg", [(64, 16, 64, 4, 4), (64, 32, 64, 4, 4), (64, 4, 64, 8, 8), (64, 8, 64, 8, 8),
                                  (64, 16, 64, 8, 8), (64, 32, 64, 8, 8), (128, 16, 128, 8, 8), (128, 8, 128, 8, 8)])
-def test_seed001_configs_compile(cfg):
+def test_parameter_study_configs_compile(cfg):
     params = dict(zip(("bm", "bk", "bn", "rm", "rn"), cfg))
     k = registry.get("05_double_buffered").compile(params, arch="sm_90")
     assert k.resources.spills == 0
@@ -244,13 +251,13 @@ def test_rung8_stages_and_warp_shapes_compile_without_spills():
     spec = registry.get("08_hopper")
     for p in ({"stages": 2}, {"stages": 3}, {"stages": 4}, {"ln": 4}, {"ln": 8}, {"ln": 16}):
         assert spec.compile(p, arch="sm_90").resources.spills == 0
-    assert spec.violations(spec.params({"stages": 5}), registry.Limits.for_arch("sm_90"))
+    assert spec.violations(spec.params({"stages": 5}), Limits.for_arch("sm_90"))
 
 
 @pytest.mark.parametrize("name", ["05_double_buffered", "06_warp_tiled", "07_maxas"])
 def test_every_depth_the_constraints_allow_compiles(name):
     spec = registry.get(name)
-    lim = registry.Limits.for_arch("sm_90")
+    lim = Limits.for_arch("sm_90")
     allowed = [bk for bk in range(4, 40, 4) if not spec.violations(spec.params({"bk": bk}), lim)]
     assert allowed
     for bk in allowed:
@@ -258,15 +265,15 @@ def test_every_depth_the_constraints_allow_compiles(name):
 
 
 def test_wide_offsets_rule():
-    from tilegemm import api
+    from tilegemm import plan
 
-    assert not api.needs_wide_offsets(256, 4096, 4096)
-    assert not api.needs_wide_offsets(256, 2**31 // 257 - 1)
-    assert api.needs_wide_offsets(256, 2**31 // 257 + 1)
-    assert api.needs_wide_offsets(8, 2**31 // 9 + 1, 16)
+    assert not plan.needs_wide_offsets(256, 4096, 4096)
+    assert not plan.needs_wide_offsets(256, 2**31 // 257 - 1)
+    assert plan.needs_wide_offsets(256, 2**31 // 257 + 1)
+    assert plan.needs_wide_offsets(8, 2**31 // 9 + 1, 16)
     # the launcher skips the exact check below this leading dimension: no tile reaches 2^31 there
-    assert not api.needs_wide_offsets(2**14, api._WIDE_LD_MIN - 1)
-    assert api.needs_wide_offsets(2**14, api._WIDE_LD_MIN + 1)
+    assert not plan.needs_wide_offsets(2**14, plan.WIDE_LD_MIN - 1)
+    assert plan.needs_wide_offsets(2**14, plan.WIDE_LD_MIN + 1)
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
@@ -286,7 +293,7 @@ def test_family_builds_with_64_bit_offsets_and_both_orders(arch):
 def test_stream_k_builds_without_spills(arch):
     """The stream-K configs the tuner tries (sk = 1): the hand-over code compiles, spill-free, and
     uses the acquire/release flag accesses, not local memory."""
-    from tilegemm import autotune, tuning
+    from tilegemm import autotune, selection as tuning
     from tilegemm.instruments import sass
 
     for base in (tuning.HUGE, tuning.BIG, autotune.SK_SMALL):
@@ -300,7 +307,7 @@ def test_stream_k_builds_without_spills(arch):
 
 
 def test_stream_k_takes_no_split_k():
-    lim = registry.Limits.for_arch("sm_90")
+    lim = Limits.for_arch("sm_90")
     bad = registry.FAMILY.violations(registry.FAMILY.params({"sk": 1, "splits": 2}), lim)
     assert bad and "stream-K" in bad[0]
     assert registry.FAMILY.violations(registry.FAMILY.params({"sk": 3}), lim)
@@ -309,13 +316,13 @@ def test_stream_k_takes_no_split_k():
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_split_k_summed_in_the_kernel_builds_without_spills(arch):
-    from tilegemm import tuning
+    from tilegemm import selection as tuning
     from tilegemm.instruments import sass
 
     for base in (tuning.BIG, tuning.HUGE):
         k = registry.FAMILY.compile({**base, "sk": 2}, layout="NT", arch=arch)
         assert k.resources.spills == 0, (base, k.resources)
         assert not sass.uses_local_memory(sass.disassemble(k.cubin))
-    lim = registry.Limits.for_arch("sm_90")
+    lim = Limits.for_arch("sm_90")
     assert not registry.FAMILY.violations(registry.FAMILY.params({"sk": 2, "splits": 4}), lim)
     assert registry.FAMILY.violations(registry.FAMILY.params({"sk": 3}), lim)

@@ -1,12 +1,12 @@
-"""GPU-free: the instruments on the seeds' worked cases, on committed measurements and listings."""
+"""GPU-free: the instruments on the sources' worked cases, on committed measurements and listings."""
 
 import json
 from pathlib import Path
 
 import pytest
 
-from tilegemm import cli, registry
-from tilegemm.instruments import banks, occupancy, patterns, roofline, sass
+from tilegemm import cli, occupancy, registry
+from tilegemm.instruments import banks, patterns, roofline, sass
 
 DATA = Path(__file__).parent / "data"
 RESULTS = Path(__file__).parent.parent / "benchmarks" / "results"
@@ -27,7 +27,7 @@ def test_lds32_broadcast_of_one_address_is_one_transaction():
 
 
 def test_lds64_threads_0_and_1_conflict_three_transactions():
-    # seed 002 §5.1 case 2: in the first half-warp t0 and t1 hit banks 0-1 at different addresses
+    # GEMM illustrated §5.1, case 2: in the first half-warp t0 and t1 hit banks 0-1 at different addresses
     p = banks.predict([256 if i == 1 else 8 * i for i in L], 8)
     assert (p.wavefronts, p.ideal) == (3, 2)
 
@@ -53,7 +53,7 @@ def test_linear_accesses_are_conflict_free_at_every_width():
 
 
 def test_hopper_model_pairs_small_phases_of_wide_loads_only():
-    assert banks.predict([0] * 32, 16, "seed").wavefronts == 4
+    assert banks.predict([0] * 32, 16, "classic").wavefronts == 4
     assert banks.predict([0] * 32, 16, "hopper").wavefronts == 2  # quarter pairs merged
     assert banks.predict([0] * 32, 16, "hopper", store=True).wavefronts == 4  # stores never merge
     assert banks.predict([16 * (i % 8) for i in L], 16, "hopper").wavefronts == 4  # full quarters
@@ -169,8 +169,8 @@ def test_rung_6_transposed_a_store_is_2_way_at_bk_16():
 # --------------------------------------------------------------------------- occupancy
 
 
-def test_seed004_device_d_examples():
-    D = occupancy.SEED004_DEVICE_D
+def test_textbook_device_d_examples():
+    D = occupancy.TEXTBOOK_DEVICE_D
     assert occupancy.occupancy(512, 10, 0, D).blocks == 3  # 10 registers: all 1536 threads
     o = occupancy.occupancy(512, 11, 0, D)  # 11 registers: down a whole block, to 1024 threads
     assert (o.blocks, o.warps * 32, o.limiter) == (2, 1024, "registers")
@@ -180,7 +180,7 @@ def test_seed004_device_d_examples():
 
 
 def test_occupancy_on_sm90_allocation_rules():
-    lim = registry.Limits.for_arch("sm_90")
+    lim = occupancy.Limits.for_arch("sm_90")
     o = occupancy.occupancy(256, 128, 16896, lim)
     assert (o.blocks, o.limiter) == (2, "registers")
     assert occupancy.occupancy(256, 129, 0, lim).blocks == 1  # 129 x 32 rounds up to 4352 a warp
@@ -228,7 +228,7 @@ def test_register_bank_models():
     # gets R2 from the reuse cache and reads R6, R8 (one bank, 2 reads: fine with 64-bit banks);
     # FFMA 3 (R2 R4 R7) and FFMA 5 (R4 R8 R5) mix the banks
     assert (r.bank_conflicts, r.reuse_hits, r.reuse_operands) == (2, 1, 1)
-    # maxwell (seed 003), bank = R % 4: FFMA 1 (2,0,2) 1 extra, FFMA 2 (3,1,3) 1, FFMA 3 (2,0,3)
+    # maxwell (the maxas article), bank = R % 4: FFMA 1 (2,0,2) 1 extra, FFMA 2 (3,1,3) 1, FFMA 3 (2,0,3)
     # none, FFMA 4 (R6 R8: 2,0) none, FFMA 5 (0,0,1) 1
     assert sass.inspect(_TOY, "maxwell").bank_conflicts == 3
     # hopper (R % 2, two reads from one bank already cost): FFMA 1 and 2 three reads from one bank,
@@ -290,13 +290,13 @@ def test_explain_report_without_a_gpu(name):
 
 def test_explain_cli(capsys):
     assert cli.main(["explain", "gemm", "--config", "bm=64,bn=64,tm=4,tn=8,ln=8", "--json",
-                     "--shape", "512", "512", "512", "--no-measure"]) == 0
+                     "--shape", "512x512x512", "--no-measure"]) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["params"]["bm"] == 64 and r["resources"]["threads"] == 128
     assert cli.main(["explain", "07_maxas", "--no-measure"]) == 0
     assert "issue ceiling" in capsys.readouterr().out
     assert cli.main(["explain", "gemm", "--config", "bm=6x"]) == 2
-    assert "integer" in capsys.readouterr().out
+    assert "integer" in capsys.readouterr().err
     assert cli.main(["explain", "gemm", "--config", "bq=64"]) == 2
-    assert "no parameter 'bq'" in capsys.readouterr().out
+    assert "no parameter 'bq'" in capsys.readouterr().err
     assert cli.main(["explain", "gemm", "--config", "tm=5"]) == 2

@@ -1,6 +1,7 @@
 """GPU-free: README tables are generated from the committed results files."""
 
 import json
+import re
 from pathlib import Path
 
 from tilegemm import report
@@ -15,8 +16,30 @@ def test_readme_tables_match_committed_results():
         "README tables are stale: run `python -m tilegemm.report README.md`"
 
 
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def test_every_results_file_records_its_command_and_commit():
+    files = sorted(RESULTS.rglob("*.json"))
+    assert len(files) > 20
+    for f in files:
+        doc = json.loads(f.read_text())
+        assert isinstance(doc, dict) and doc.get("command"), f
+        assert re.fullmatch(r"[0-9a-f]{40}(\+dirty)?", doc.get("commit", "")), (f, doc.get("commit"))
+
+
+def test_results_top_level_is_the_standing_and_experiments_are_indexed():
+    top = sorted(p.name for p in RESULTS.glob("*.json"))
+    kinds = {json.loads((RESULTS / n).read_text()).get("kind", "timings") for n in top}
+    assert {"timings", "banks", "peaks"} <= kinds
+    index = (RESULTS / "experiments" / "README.md").read_text()
+    missing = [p.name for p in (RESULTS / "experiments").rglob("*") if p.is_file() and p.name != "README.md"
+               and p.name not in index]
+    assert not missing, missing
+
+
 def test_results_files_follow_schema_1():
-    files = sorted((ROOT / "benchmarks" / "results").glob("*.json"))
+    files = sorted(RESULTS.glob("*.json"))
     assert files
     keys = {"kernel", "M", "N", "K", "layout", "batch", "tflops", "ms", "cublas_tflops", "ratio", "rel_err"}
     # instrument measurements carry a "kind" and their own body instead of timing rows

@@ -11,10 +11,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from tilegemm import autotune, compiler, registry, tuning
+from tilegemm import autotune, compiler, registry
+from tilegemm import selection as tuning
+from tilegemm.occupancy import Limits
 
 F = registry.FAMILY
-SM90 = registry.Limits.for_arch("sm_90")
+SM90 = Limits.for_arch("sm_90")
 
 
 def test_enumerated_configs_meet_the_constraints():
@@ -131,7 +133,7 @@ def test_shipped_tables_hold_valid_spill_free_configs():
         for key, e in entries.items():
             layout, dims = key.split(":")
             assert layout in registry.LAYOUTS and len(dims.split("x")) == 5
-            assert key == tuning._entry_key(layout, tuning.bucket(*e["shape"])), "key from the shape it was tuned on"
+            assert key == tuning.entry_key(layout, tuning.bucket(*e["shape"])), "key from the shape it was tuned on"
             cfg = F.params(e["config"])
             assert not F.violations(cfg, SM90), (t.name, key)
             seen.add((tuple(sorted(F.compiled_params(cfg).items())), layout))

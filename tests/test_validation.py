@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tilegemm
-from tilegemm import api
+from tilegemm import plan as planning
 from tilegemm.arrays import Operand, classify, describe
 
 from conftest import HAVE_GPU
@@ -29,7 +29,7 @@ def check(a, b, out=None, kernel=None):
     """Validation only (what matmul runs before anything touches a GPU)."""
     A, B = describe(a, "a"), describe(b, "b")
     O = describe(out, "out") if out is not None else None
-    return api.plan(A, B, O, kernel)
+    return planning.plan(A, B, O, kernel)
 
 
 def raises(exc, message, *args, **kw):
@@ -116,10 +116,10 @@ def _gpu_op(name, shape, device, ptr, strides=None):
 def test_different_devices():
     a, b = _gpu_op("a", (3, 4), 0, 0x1000), _gpu_op("b", (4, 5), 1, 0x9000)
     with pytest.raises(ValueError, match=re.escape("a is on GPU 0 but b is on GPU 1; move them to one device")):
-        api.plan(a, b)
+        planning.plan(a, b)
     out = _gpu_op("out", (3, 5), 2, 0x20000)
     with pytest.raises(ValueError, match=re.escape("a is on GPU 0 but out is on GPU 2")):
-        api.plan(a, _gpu_op("b", (4, 5), 0, 0x9000), out)
+        planning.plan(a, _gpu_op("b", (4, 5), 0, 0x9000), out)
 
 
 def test_view_that_needs_a_copy():
@@ -192,9 +192,9 @@ def test_classify(shape, strides, expected):
 
 
 def test_vector_width_follows_alignment():
-    assert api.vector_width((0x1000, 8), (0x2000, 4)) == 4
-    assert api.vector_width((0x1004, 8), (0x2000, 4)) == 1  # a view starting 4 bytes in
-    assert api.vector_width((0x1000, 6), (0x2000, 4)) == 1  # leading dimension not a multiple of 4
+    assert planning.vector_width((0x1000, 8), (0x2000, 4)) == 4
+    assert planning.vector_width((0x1004, 8), (0x2000, 4)) == 1  # a view starting 4 bytes in
+    assert planning.vector_width((0x1000, 6), (0x2000, 4)) == 1  # leading dimension not a multiple of 4
 
 
 def test_default_kernel_is_the_family():
@@ -231,7 +231,7 @@ def test_out_shape_with_batches():
 
 def gcheck(a, b, c=None, out=None, **kw):
     ops = [describe(x, n) if x is not None else None for x, n in ((a, "a"), (b, "b"), (c, "c"), (out, "out"))]
-    return api.plan(ops[0], ops[1], ops[3], kw.pop("kernel", None), kw.pop("config", None), ops[2], **kw)
+    return planning.plan(ops[0], ops[1], ops[3], kw.pop("kernel", None), kw.pop("config", None), ops[2], **kw)
 
 
 def test_gemm_needs_c_for_beta():
@@ -301,8 +301,8 @@ def test_family_config_is_checked_before_launch():
 
 def test_batch_groups_merge_and_loop():
     # contiguous batches merge into one run the kernel walks
-    assert api._groups((2, 3), [(12, 4), (0, 0), (6, 2)]) == (6, (4, 0, 2), [(0, 0, 0)])
+    assert planning.groups((2, 3), [(12, 4), (0, 0), (6, 2)]) == (6, (4, 0, 2), [(0, 0, 0)])
     # a broadcast that breaks the merge: the host loops over the outer dimension
-    n, s, offs = api._groups((2, 3), [(3 * 7, 7), (0, 5), (30, 10)])
+    n, s, offs = planning.groups((2, 3), [(3 * 7, 7), (0, 5), (30, 10)])
     assert n == 3 and s == (7, 5, 10) and offs == [(0, 0, 0), (21, 0, 30)]
-    assert api._groups((), [(), ()]) == (1, (0, 0), [(0, 0)])
+    assert planning.groups((), [(), ()]) == (1, (0, 0), [(0, 0)])

@@ -7,7 +7,7 @@
 """
 
 from ._version import __version__
-from .api import gemm, matmul
+from .api import clear_caches, gemm, matmul
 from .errors import CompileError, ConfigError, NoGPUError, TilegemmError
 from .registry import FAMILY, RUNGS
 
@@ -19,6 +19,6 @@ def kernels() -> list[str]:
 
 
 __all__ = [
-    "__version__", "matmul", "gemm", "kernels",
+    "__version__", "matmul", "gemm", "kernels", "clear_caches",
     "CompileError", "ConfigError", "NoGPUError", "TilegemmError",
 ]

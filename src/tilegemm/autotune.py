@@ -1,9 +1,10 @@
 """The autotuner: enumerate the family's configs from its constraints, prune with the resource
 model, compile in parallel, check each against a float64 reference, time the survivors.
 
-Timing follows bench.py: CUDA events around batches of launches, rotating among input sets that
-together exceed the L2 cache (no warm-L2 numbers), median over batches.  Results go to the user's
-tuning cache (tuning.py), merged under a file lock.
+Candidates run through the ``matmul`` the caller hands in (the public one: ``tilegemm.matmul``),
+with each candidate's config named, so what is timed is the path a user's calls take.  Checks and
+timing are timing.py's (the bench's method).  The winner goes to the user's tuning cache through
+the selection (``Selector.record``), merged under a file lock.
 """
 
 from __future__ import annotations
@@ -12,15 +13,14 @@ import itertools
 import os
 from concurrent.futures import ProcessPoolExecutor
 
-from . import registry, tuning
-from .instruments.occupancy import occupancy
+from . import gpu, registry, selection, timing
+from .occupancy import Limits, occupancy
 
 F = registry.FAMILY
 GRID = {
     "bm": (32, 64, 128, 256), "bn": (32, 64, 128, 256), "tm": (4, 8, 16), "tn": (4, 8, 16),
     "bk": (8, 16, 32), "ln": (4, 8, 16), "stages": (0, 2, 3, 4),
 }
-TOLERANCE = 1e-5
 SK_EFF = 0.93  # stream-K's efficiency against a full wave of one-tile blocks (H100: 0.95-0.975 at 4096^3)
 # the 1024^3 winner in the first stream-K measurement (more blocks per SM than BIG)
 SK_SMALL = {"bm": 128, "bn": 128, "bk": 8, "tm": 8, "tn": 8, "ln": 4, "minb": 0, "swizzle": 8, "stages": 3}
@@ -30,7 +30,7 @@ ORDERS = (1, 0)  # the family's FFMA orders; the grid's configs take the default
 MUST_LN = (4, 8)  # warp shapes also tried for the must-measure configs
 
 
-def enumerate_configs(limits: registry.Limits) -> list[dict]:
+def enumerate_configs(limits: Limits) -> list[dict]:
     """Every config of the grid that meets the family's constraints, with its register cap
     (minb) set to the most blocks per SM that the register estimate allows, and to 0 (none)."""
     out = []
@@ -52,7 +52,7 @@ def enumerate_configs(limits: registry.Limits) -> list[dict]:
     return out
 
 
-def score(cfg: dict, M: int, N: int, K: int, count: int, sms: int, limits: registry.Limits) -> float:
+def score(cfg: dict, M: int, N: int, K: int, count: int, sms: int, limits: Limits) -> float:
     """A rough expected efficiency used only to order candidates: wave quantisation x FFMA per
     shared load x a cost for split-K's extra pass."""
     threads = (cfg["bm"] // cfg["tm"]) * (cfg["bn"] // cfg["tn"])
@@ -77,7 +77,7 @@ def score(cfg: dict, M: int, N: int, K: int, count: int, sms: int, limits: regis
     return wave_eff * tile_eff * edge_eff * split_cost * pipe
 
 
-def candidates(M: int, N: int, K: int, count: int, sms: int, limits: registry.Limits,
+def candidates(M: int, N: int, K: int, count: int, sms: int, limits: Limits,
                top: int = 24) -> list[dict]:
     """The ``top`` configs by score, split-K variants included where K is long."""
     base = enumerate_configs(limits)
@@ -106,7 +106,7 @@ def candidates(M: int, N: int, K: int, count: int, sms: int, limits: registry.Li
             chosen.append(c)
     # stream-K (sk = 1) where the last partial wave costs most: few waves of tiles.  Variants of the
     # configs that win the full-wave shapes and of the two best-scoring tile shapes
-    musts = (tuning.HUGE, tuning.BIG, tuning.heuristic(M, N, K, count, sms))
+    musts = (selection.HUGE, selection.BIG, selection.heuristic(M, N, K, count, sms))
     sk_bases = [*musts[:2], SK_SMALL] + [c for c in pool if c["splits"] == 1 and c["stages"] >= 2
                                          and c["tm"] * c["tn"] >= 64][:1]
     for c in sk_bases:
@@ -170,69 +170,47 @@ def compile_all(cfgs: list[dict], layouts, arch: str, vec: int = 4, progress=Non
     return results
 
 
-def tune_shape(device: int, layout: str, M: int, N: int, K: int, count: int = 1, top: int = 24,
+def tune_shape(device: int, layout: str, M: int, N: int, K: int, count: int = 1, *, matmul, top: int = 24,
                progress=None, write: bool = True) -> dict:
-    """Tune one shape on ``device``; returns {"config", "tflops", "ms", "rel_err", "tried"} and
-    (``write``) records it in the user's tuning cache."""
-    import numpy as np
-
-    from . import api, bench, runtime
-
-    cupy = runtime._cupy()
-    props = runtime.device_properties(device)
-    limits = registry.Limits.from_props(props)
-    cands = candidates(M, N, K, count, props.sms, limits, top)
+    """Tune one shape on ``device`` through ``matmul`` (``tilegemm.matmul``); returns {"config",
+    "tflops", "ms", "rel_err", "tried", ...} and (``write``) records the winner in the user's
+    tuning cache."""
+    props = gpu.device_properties(device)
+    sel = selection.selector(device)
+    if write:
+        selection.check_writable(sel.cache_path.parent)
+    cands = candidates(M, N, K, count, props.sms, Limits.from_props(props), top)
     built = compile_all(cands, [layout], props.arch)
-    ok = []
-    for c in cands:
-        regs, spills, err = built[(tuple(sorted(F.compiled_params(F.params(c)).items())), layout)]
-        if err is None and spills == 0:
-            ok.append(c)
-    with cupy.cuda.Device(device):
-        n_sets = bench._n_sets(M, N, K, count)
-        sets = [_operands(M, N, K, count, layout, cupy) for _ in range(n_sets)]
-        outs = [cupy.empty((count, M, N), dtype=np.float32) for _ in range(n_sets)]
-        a, b = _operands(M, N, K, count, layout, cupy)
-        ref = cupy.matmul(a.astype(np.float64), b.astype(np.float64))
-        ref_norm = float(cupy.linalg.norm(ref))
-        tried = []
-        flop = 2.0 * M * N * K * count
-        for c in ok:
-            out = cupy.full((count, M, N), np.nan, dtype=np.float32)
-            api.matmul(a, b, out=out, config=c)
-            err = float(cupy.linalg.norm(out.astype(np.float64) - ref)) / (ref_norm or 1.0)
-            if not err < TOLERANCE:
-                tried.append({"config": c, "rel_err": err, "ms": None, "tflops": None})
-                continue
-            ms = bench.time_launches(lambda i, c=c: api.matmul(*sets[i], out=outs[i], config=c), n_sets,
-                                     target_s=0.15, batch_ms=5.0)
-            tried.append({"config": c, "rel_err": err, "ms": ms, "tflops": flop / ms / 1e9})
-            if progress:
-                progress(tried[-1])
+    ok = [c for c in cands
+          if built[(tuple(sorted(F.compiled_params(F.params(c)).items())), layout)][1:] == (0, None)]
+    tried = measure(ok, M, N, K, count, layout, device, matmul, progress)
     timed = [t for t in tried if t["tflops"]]
     if not timed:
         raise RuntimeError(f"no candidate config passed the check for {M}x{N}x{K} x{count} {layout}")
     best = max(timed, key=lambda t: t["tflops"])
-    result = {**best, "M": M, "N": N, "K": K, "count": count, "layout": layout, "tried": tried}
     if write:
-        sel = tuning.selector(device)
-        entry = {k: best[k] for k in ("config", "tflops", "ms")} | {"shape": [M, N, K, count]}
-        tuning.merge_entries(sel.cache_path, {tuning._entry_key(layout, tuning.bucket(M, N, K, count)): entry},
-                             {"gpu": props.name})
-        sel.forget()
-    return result
+        sel.record(layout, M, N, K, count, {k: best[k] for k in ("config", "tflops", "ms")})
+    return {**best, "M": M, "N": N, "K": K, "count": count, "layout": layout, "tried": tried}
 
 
-def _operands(M, N, K, count, layout, cupy):
-    import numpy as np
-
-    rng = cupy.random.default_rng()
-    a = rng.standard_normal((count, K, M) if layout[0] == "T" else (count, M, K), dtype=np.float32)
-    b = rng.standard_normal((count, N, K) if layout[1] == "T" else (count, K, N), dtype=np.float32)
-    return (a.swapaxes(1, 2) if layout[0] == "T" else a), (b.swapaxes(1, 2) if layout[1] == "T" else b)
-
-
-def shape_count(shape: tuple) -> tuple:
-    """(M, N, K, count) from (M, N, K) or (count, M, N, K)."""
-    return (*shape, 1) if len(shape) == 3 else (shape[1], shape[2], shape[3], shape[0])
+def measure(cfgs: list[dict], M, N, K, count, layout, device, matmul, progress=None) -> list[dict]:
+    """Each config checked against float64 (one set of inputs for all), then timed alone on rotating
+    input sets: [{"config", "rel_err", "ms", "tflops"}] (ms and tflops None where the check failed)."""
+    flop = 2.0 * M * N * K * count
+    tried = []
+    with timing.device(device):
+        a, b = timing.operands(M, N, K, layout, count)
+        inputs = (a, b, timing.reference(a, b))
+        sets, outs = timing.input_sets(M, N, K, layout, count)
+        for c in cfgs:
+            err = timing.check(lambda a, b, out, c=c: matmul(a, b, out=out, config=c), M, N, K, layout, count, inputs)
+            if not err < timing.TOLERANCE:
+                tried.append({"config": c, "rel_err": err, "ms": None, "tflops": None})
+                continue
+            ms = timing.time_launches(lambda i, c=c: matmul(*sets[i], out=outs[i], config=c), len(sets),
+                                      target_s=0.15, batch_ms=5.0)
+            tried.append({"config": c, "rel_err": err, "ms": ms, "tflops": flop / ms / 1e9})
+            if progress:
+                progress(tried[-1])
+    return tried
 

@@ -1,19 +1,30 @@
-"""The ``tilegemm`` command line."""
+"""The ``tilegemm`` command line (also ``python -m tilegemm``).
+
+Every argument is checked before any work starts; a bad one gets a one-line error on stderr and
+exit status 2, a failure during the work one line and status 1.  No tracebacks (TILEGEMM_DEBUG=1
+shows them).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
+from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from . import __version__, registry, runtime
+from . import __version__, api, compiler, gpu, registry, results
 from .errors import TilegemmError
+from .parsing import SHAPE_HELP, format_shape, parse_config, parse_shape
 
 DEFAULT_SIZES = ["1024", "2048", "4096", "4095"]
 
 console = Console()
+errors = Console(stderr=True)
 
 
 def _add_columns(table: Table, cols, left=("kernel", "shape", "layout", "what changed")) -> None:
@@ -32,70 +43,84 @@ def _results_table(rows, title) -> Table:
     table = Table(title=title)
     _add_columns(table, ("kernel", "shape", "layout", "TFLOPS", "% of cuBLAS", "ms", "rel. error"))
     for r in rows:
-        table.add_row(r.kernel, f"{r.M}x{r.N}x{r.K}", r.layout, _fmt(r.tflops),
+        table.add_row(r.kernel, format_shape(r.M, r.N, r.K, r.batch), r.layout, _fmt(r.tflops),
                       _fmt(100 * r.ratio, "{:.1f}%"), _fmt(r.ms, "{:.3f}"), _fmt(r.rel_err, "{:.1e}"))
     return table
-
-
-def _names_and_sizes(args):
-    """--kernels and --sizes, checked before any work (unknown names and bad sizes raise)."""
-    from .bench import parse_size
-
-    names = args.kernels or sorted(registry.RUNGS)
-    for n in names:
-        registry.get(n)
-    return names, [parse_size(s) for s in args.sizes]
 
 
 def _report_failures(rows, tolerance) -> int:
     failed = [r for r in rows if not r.rel_err < tolerance]
     for r in failed:
-        console.print(f"[red]FAILED[/red] {r.kernel} {r.config or ''} {r.M}x{r.N}x{r.K} {r.layout}: "
-                      f"relative error {r.rel_err:.2e} >= {tolerance:.0e}")
+        console.print(f"[red]FAILED[/red] {r.kernel} {r.config or ''} {format_shape(r.M, r.N, r.K, r.batch)} "
+                      f"{r.layout}: relative error {r.rel_err:.2e} >= {tolerance:.0e}")
     return 1 if failed else 0
 
 
-def _cases(sizes, layouts) -> list[tuple]:
-    """(M, N, K, layout, batch) for each size given on the command line (N, MxNxK, BATCHxMxNxK) and layout."""
-    from .bench import parse_case
-
-    return [(M, N, K, lay, b) for sz in sizes for (M, N, K, b) in [parse_case(sz)] for lay in layouts]
+def _cases(shapes, layouts) -> list[tuple]:
+    """(M, N, K, layout, batch) for each parsed shape and layout."""
+    return [(M, N, K, lay, batch) for (M, N, K, batch) in shapes for lay in layouts]
 
 
-def _bench_cases(args):
-    from .bench import SUITE
+def _kernel_names(names) -> list[str]:
+    for n in names:
+        registry.get(n)  # unknown names raise here, before any work
+    return list(names)
 
-    return _cases(args.sizes, args.layouts) if args.sizes else list(SUITE)
+
+def _writable_out(args) -> None:
+    if not args.no_write:
+        from .folders import writable
+
+        writable(args.out, "pass --out with a writable folder (or --no-write)")
+
+
+def _static_table(names, arch: str) -> Table:
+    """What needs no GPU: each kernel compiled for ``arch``, its resources and occupancy."""
+    from .occupancy import Limits, occupancy
+
+    limits = Limits.for_arch(arch)
+    table = Table(title=f"Kernels compiled for {arch} (NVRTC; no GPU needed)")
+    _add_columns(table, ("kernel", "regs", "smem B", "spills B", "occupancy/SM", "what changed"))
+    for name in names:
+        spec = registry.get(name)
+        params = spec.params()
+        r = spec.compile(params, arch=arch).resources
+        occ = occupancy(spec.threads(params), r.registers, r.shared_bytes + spec.smem(params), limits)
+        table.add_row(name, str(r.registers), str(r.shared_bytes + spec.smem(params)), str(r.spills),
+                      f"{occ.blocks} x {spec.threads(params)} thr ({100 * occ.fraction(limits):.0f}%, {occ.limiter})",
+                      spec.summary)
+    return table
+
+
+def _progress():
+    from rich.progress import Progress
+
+    return Progress(console=console, transient=True)
 
 
 def cmd_bench(args) -> int:
     from . import bench
 
-    names = args.kernels or ["gemm"]
-    for n in names:
-        registry.get(n)
-    cases = _bench_cases(args)
-    if not runtime.have_gpu():
+    names = _kernel_names(args.kernels or ["gemm"])
+    cases = _cases(args.sizes, args.layouts) if args.sizes else list(bench.SUITE)
+    if not gpu.have_gpu():
         console.print(_static_table(names, args.arch or "sm_90"))
         console.print("[yellow]No CUDA GPU here: kernels compiled and their resources shown; the "
                       f"{len(cases)} benchmark cases (checks and timings) need a GPU.[/yellow]")
         return 0
+    _writable_out(args)
     refs = [r for r in bench.available_references() if r in (args.refs if args.refs is not None else ("torch", "triton"))]
     rows = []
-    from rich.progress import Progress
-
-    with Progress(console=console, transient=True) as progress:
+    with _progress() as progress:
         task = progress.add_task("benchmarking", total=len(cases) * (len(names) + 1 + len(refs)))
         for (M, N, K, layout, batch) in cases:
             rows += bench.measure(names, M, N, K, layout, batch=batch, refs=refs,
                                   progress=lambda r: progress.advance(task))
-    props = runtime.device_properties()
-    console.print(_results_table(rows, f"tilegemm bench on {props.name}"))
+    console.print(_results_table(rows, f"tilegemm bench on {gpu.device_properties().name}"))
     extra = {}
     ours = [r for r in rows if r.kernel in ("tilegemm",) + tuple(names)]
     if ours:
-        gm = bench.geomean([r.ratio for r in ours if r.kernel == ours[0].kernel])
-        extra["geomean_ratio"] = {ours[0].kernel: gm}
+        extra["geomean_ratio"] = {ours[0].kernel: bench.geomean([r.ratio for r in ours if r.kernel == ours[0].kernel])}
         for ref in refs:
             extra["geomean_ratio"][ref] = bench.geomean([r.ratio for r in rows if r.kernel == ref])
         console.print("geometric mean of the ratio to cuBLAS: " +
@@ -105,161 +130,123 @@ def cmd_bench(args) -> int:
         console.print("host time per call (µs): " + ", ".join(
             f"{o['impl']} {o['size']}³ {o['us_per_call']:.1f}" for o in extra["call_overhead_us"]))
     if not args.no_write:
-        doc = bench.results_document(rows, **extra)
-        path = bench.write_results(doc, args.out, args.tag)
+        doc = results.document(rows, cmd=args.command_line, **extra)
+        path = results.write(doc, args.out, args.tag)
         bench.plot_suite(doc, path.with_suffix(".png"))
         console.print(f"results written to {path} and {path.with_suffix('.png')}")
     return _report_failures(rows, bench.TOLERANCE)
 
 
-def cmd_tune(args) -> int:
-    from . import autotune, tuning
-    from .bench import SUITE
-
-    if args.shapes:
-        cases = _cases(args.shapes, args.layouts)
-    else:
-        cases = [c for c in SUITE if c[3] in args.layouts or args.layouts == ["NN"] and c[3] == "NN"]
-    if not runtime.have_gpu():
-        limits = registry.Limits.for_arch(args.arch or "sm_90")
-        table = Table(title=f"tuning candidates for {args.arch or 'sm_90'} (no GPU: nothing timed)")
-        _add_columns(table, ("shape", "layout", "candidates", "heuristic config"))
-        for (M, N, K, layout, batch) in cases:
-            cands = autotune.candidates(M, N, K, batch, 132, limits, args.top)
-            h = tuning.heuristic(M, N, K, batch)
-            table.add_row(f"{batch}x{M}x{N}x{K}" if batch > 1 else f"{M}x{N}x{K}", layout, str(len(cands)),
-                          " ".join(f"{k}={v}" for k, v in h.items()))
-        console.print(table)
-        console.print("[yellow]No CUDA GPU here: candidates enumerated and pruned; compiling, checking "
-                      "and timing them needs a GPU.[/yellow]")
-        return 0
-    from rich.progress import Progress
-
-    dev = runtime.current_device()
-    results = []
-    with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("tuning", total=len(cases))
-        for (M, N, K, layout, batch) in cases:
-            progress.update(task, description=f"tuning {batch}x{M}x{N}x{K} {layout}")
-            results.append(autotune.tune_shape(dev, layout, M, N, K, batch, top=args.top))
-            progress.advance(task)
-    table = Table(title=f"tuned on {runtime.device_properties().name}")
-    _add_columns(table, ("shape", "layout", "TFLOPS", "tried", "config"))
-    for r in results:
-        table.add_row(f"{r['count']}x{r['M']}x{r['N']}x{r['K']}" if r["count"] > 1 else f"{r['M']}x{r['N']}x{r['K']}",
-                      r["layout"], _fmt(r["tflops"]), str(len(r["tried"])),
-                      " ".join(f"{k}={v}" for k, v in r["config"].items()))
-    console.print(table)
-    sel = tuning.selector(dev)
-    console.print(f"tuning cache: {sel.cache_path}")
-    if args.ship:
-        from pathlib import Path
-
-        path = Path(args.ship) / sel.table_path.name
-        entries = {tuning._entry_key(r["layout"], tuning.bucket(r["M"], r["N"], r["K"], r["count"])):
-                   {"config": r["config"], "tflops": r["tflops"], "ms": r["ms"],
-                    "shape": [r["M"], r["N"], r["K"], r["count"]]} for r in results}
-        tuning.merge_entries(path, entries, {"gpu": sel.props.name})
-        console.print(f"table written to {path}")
-    if args.out:
-        import json
-        from pathlib import Path
-
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        (Path(args.out) / "tune.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
-    return 0
-
-
-def _occupancy_text(spec, params, res, limits) -> str:
-    from .instruments.occupancy import occupancy
-
-    occ = occupancy(spec.threads(params), res.registers, res.shared_bytes + spec.smem(params), limits)
-    return f"{occ.blocks} x {spec.threads(params)} thr ({100 * occ.fraction(limits):.0f}%, {occ.limiter})"
-
-
-def _static_table(names, arch: str) -> Table:
-    """What needs no GPU: each kernel compiled for ``arch``, its resources and occupancy."""
-    limits = registry.Limits.for_arch(arch)
-    table = Table(title=f"Kernels compiled for {arch} (NVRTC; no GPU needed)")
-    _add_columns(table, ("kernel", "regs", "smem B", "spills B", "occupancy/SM", "what changed"))
-    for name in names:
-        spec = registry.get(name)
-        params = spec.params()
-        r = spec.compile(params, arch=arch).resources
-        table.add_row(name, str(r.registers), str(r.shared_bytes + spec.smem(params)), str(r.spills),
-                      _occupancy_text(spec, params, r, limits), spec.summary)
-    return table
-
-
 def cmd_ladder(args) -> int:
     from . import bench, ladder
+    from .instruments import probe
 
-    names, sizes = _names_and_sizes(args)
-    if not runtime.have_gpu():
+    names = _kernel_names(args.kernels or sorted(registry.RUNGS))
+    if not gpu.have_gpu():
         console.print(_static_table(names, args.arch or "sm_90"))
         console.print("[yellow]No CUDA GPU here: static columns only; timings, checks and the "
                       "measured FP32 peak need a GPU.[/yellow]")
         return 0
-    from rich.progress import Progress
-
-    seed_cfgs = [] if args.no_seed_table else [("05_double_buffered", ladder.seed001_config(t))
-                                               for t, _, _ in ladder.SEED001_TABLE]
+    _writable_out(args)
+    study = [] if args.no_parameter_study else [("05_double_buffered", ladder.study_config(t))
+                                                 for t, _, _ in ladder.PARAMETER_STUDY]
     rows = []
-    with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("ladder", total=1 + len(sizes) * (len(names) + 1) + len(seed_cfgs) + 1)
-        peak = ladder.measure_fp32_peak()
+    with _progress() as progress:
+        task = progress.add_task("ladder", total=1 + len(args.sizes) * (len(names) + 1) + len(study) + 1)
+        peak = probe.fp32_peak()
         progress.advance(task)
-        for (M, N, K) in sizes:
-            rows += bench.measure(names, M, N, K, "NN", progress=lambda r: progress.advance(task))
-        if seed_cfgs:
-            rows += bench.measure(seed_cfgs, 4096, 4096, 4096, "NN", progress=lambda r: progress.advance(task))
-    props = runtime.device_properties()
-    table = Table(title=f"The SGEMM ladder on {props.name}: FP32 FFMA peak measured {peak:.1f} TFLOPS")
+        for (M, N, K, batch) in args.sizes:
+            rows += bench.measure(names, M, N, K, "NN", batch=batch, progress=lambda r: progress.advance(task))
+        if study:
+            rows += bench.measure(study, 4096, 4096, 4096, "NN", progress=lambda r: progress.advance(task))
+    table = Table(title=f"The SGEMM ladder on {gpu.device_properties().name}: FP32 FFMA peak measured {peak:.1f} TFLOPS")
     _add_columns(table, ("kernel", "shape", "TFLOPS", "% of cuBLAS", "% of peak", "rel. error", "what changed"))
     for r in rows:
         if r.config:
             continue
         what = "reference" if r.kernel == "cublas" else registry.get(r.kernel).summary
-        table.add_row(r.kernel, f"{r.M}x{r.N}x{r.K}", _fmt(r.tflops), _fmt(100 * r.ratio, "{:.1f}%"),
+        table.add_row(r.kernel, format_shape(r.M, r.N, r.K, r.batch), _fmt(r.tflops), _fmt(100 * r.ratio, "{:.1f}%"),
                       _fmt(100 * r.tflops / peak, "{:.1f}%"), _fmt(r.rel_err, "{:.1e}"), what)
     console.print(table)
-    if seed_cfgs:
-        seed = Table(title="seed 001 §3 parameter table, 05_double_buffered at 4096³")
-        _add_columns(seed, ("bm/bk/bn/rm/rn", "TFLOPS", "% of cuBLAS", "seed (V100) % of cuBLAS"))
-        for (t, _, pct), r in zip(ladder.SEED001_TABLE, [r for r in rows if r.config]):
-            seed.add_row("/".join(map(str, t)), _fmt(r.tflops), _fmt(100 * r.ratio, "{:.1f}%"), f"{pct}%")
-        console.print(seed)
+    if study:
+        t = Table(title="GEMM part 2's parameter study, 05_double_buffered at 4096³")
+        _add_columns(t, ("bm/bk/bn/rm/rn", "TFLOPS", "% of cuBLAS", "article (V100): % of cuBLAS"))
+        for (cfg, _, pct), r in zip(ladder.PARAMETER_STUDY, [r for r in rows if r.config]):
+            t.add_row("/".join(map(str, cfg)), _fmt(r.tflops), _fmt(100 * r.ratio, "{:.1f}%"), f"{pct}%")
+        console.print(t)
     if not args.no_write:
-        doc = bench.results_document(rows, fp32_peak_tflops=peak)
-        path = bench.write_results(doc, args.out, args.tag)
+        doc = results.document(rows, cmd=args.command_line, fp32_peak_tflops=peak)
+        path = results.write(doc, args.out, args.tag)
         ladder.plot(doc, path.with_suffix(".png"))
         console.print(f"results written to {path} and {path.with_suffix('.png')}")
     return _report_failures(rows, bench.TOLERANCE)
 
 
-def parse_config(text: str | None) -> dict | None:
-    """``"bm=128,bn=64"`` -> {"bm": 128, "bn": 64}."""
-    if not text:
-        return None
-    out = {}
-    for item in text.split(","):
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"--config item {item!r} is not NAME=VALUE (e.g. --config bm=128,bn=64)")
-        try:
-            out[key.strip()] = int(value)
-        except ValueError:
-            raise ValueError(f"--config {key.strip()}={value!r}: the value must be an integer") from None
-    return out
+def cmd_tune(args) -> int:
+    from . import autotune, bench, selection
+
+    if args.shapes:
+        cases = _cases(args.shapes, args.layouts)
+    else:
+        cases = [c for c in bench.SUITE if c[3] in args.layouts]
+    if not gpu.have_gpu():
+        from .occupancy import Limits
+
+        limits = Limits.for_arch(args.arch or "sm_90")
+        table = Table(title=f"tuning candidates for {args.arch or 'sm_90'} (no GPU: nothing timed)")
+        _add_columns(table, ("shape", "layout", "candidates", "heuristic config"))
+        for (M, N, K, layout, batch) in cases:
+            cands = autotune.candidates(M, N, K, batch, 132, limits, args.top)
+            h = selection.heuristic(M, N, K, batch)
+            table.add_row(format_shape(M, N, K, batch), layout, str(len(cands)), " ".join(f"{k}={v}" for k, v in h.items()))
+        console.print(table)
+        console.print("[yellow]No CUDA GPU here: candidates enumerated and pruned; compiling, checking "
+                      "and timing them needs a GPU.[/yellow]")
+        return 0
+    dev = gpu.current_device()
+    sel = selection.selector(dev)
+    selection.check_writable(sel.cache_path.parent)
+    ship = Path(args.ship) / sel.table_path.name if args.ship else None
+    from .folders import writable
+
+    for folder, fix in ((args.ship, "pass --ship with a writable folder"), (args.out, "pass --out with a writable folder")):
+        if folder:
+            writable(folder, fix)
+    tuned = []
+    with _progress() as progress:
+        task = progress.add_task("tuning", total=len(cases))
+        for (M, N, K, layout, batch) in cases:
+            progress.update(task, description=f"tuning {format_shape(M, N, K, batch)} {layout}")
+            tuned.append(autotune.tune_shape(dev, layout, M, N, K, batch, matmul=api.matmul, top=args.top))
+            progress.advance(task)
+    table = Table(title=f"tuned on {gpu.device_properties().name}")
+    _add_columns(table, ("shape", "layout", "TFLOPS", "tried", "config"))
+    for r in tuned:
+        table.add_row(format_shape(r["M"], r["N"], r["K"], r["count"]), r["layout"], _fmt(r["tflops"]),
+                      str(len(r["tried"])), " ".join(f"{k}={v}" for k, v in r["config"].items()))
+    console.print(table)
+    console.print(f"tuning cache: {sel.cache_path}")
+    if ship:
+        entries = {selection.entry_key(r["layout"], selection.bucket(r["M"], r["N"], r["K"], r["count"])):
+                   {"config": r["config"], "tflops": r["tflops"], "ms": r["ms"],
+                    "shape": [r["M"], r["N"], r["K"], r["count"]]} for r in tuned}
+        selection.merge_entries(ship, entries, {"gpu": sel.props.name})
+        console.print(f"table written to {ship}")
+    if args.out:
+        doc = {"schema": results.SCHEMA, "kind": "tune", "command": args.command_line, "commit": results.commit(),
+               **results.environment(), "shapes": tuned}
+        (Path(args.out) / "tune.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    return 0
 
 
 def cmd_explain(args) -> int:
-    import json
-
     from .instruments import explain
 
-    report = explain.build(args.kernel, parse_config(args.config), tuple(args.shape), args.layout,
-                           args.arch, args.gpu, measure=False if args.no_measure else None)
+    M, N, K, batch = args.shape
+    if batch != 1:
+        raise ValueError(f"explain takes one product, MxNxK; got a batch of {batch}")
+    report = explain.build(args.kernel, args.config, (M, N, K), args.layout, args.arch, args.gpu,
+                           measure=False if args.no_measure else None)
     if args.json:
         print(json.dumps(report, indent=1, default=str))
     else:
@@ -267,57 +254,90 @@ def cmd_explain(args) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, no usage block
+        errors.print(f"[red]error:[/red] {escape(self.prog)}: {escape(message)} (see {self.prog} --help)",
+                     soft_wrap=True, highlight=False)
+        raise SystemExit(2)
+
+
+def _type(fn, what: str):
+    """An argparse type from a parser: its ValueError becomes argparse's one-line error."""
+    def convert(text):
+        try:
+            return fn(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    convert.__name__ = what
+    return convert
+
+
+def _tag(text: str) -> str:
+    if not text or not all(ch.isalnum() or ch in "._-" for ch in text):
+        raise ValueError(f"tag {text!r} may hold only letters, digits, '.', '_' and '-'")
+    return text
+
+
+def _positive(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise ValueError(f"{text!r} is not a positive integer")
+    return int(text)
+
+
+SHAPE, CONFIG, ARCH, POSITIVE, TAG = (_type(parse_shape, "shape"), _type(parse_config, "config"),
+                                      _type(compiler.normalize_arch, "arch"), _type(_positive, "count"),
+                                      _type(_tag, "tag"))
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tilegemm", description="FP32 GEMM kernels for NVIDIA GPUs")
+    parser = _Parser(prog="tilegemm", description="FP32 GEMM kernels for NVIDIA GPUs")
     parser.add_argument("--version", action="version", version=f"tilegemm {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    layouts = dict(nargs="+", default=["NN"], choices=registry.LAYOUTS)
 
     p = sub.add_parser("bench", help="verify and time kernels beside cuBLAS; write a results JSON",
                        description="On a GPU: check each kernel against float64, time it beside "
                        "cuBLAS, print a table and write benchmarks/results/<gpu>-<date>.json. "
                        "Without a GPU: compile the kernels and show their resources.")
-    p.add_argument("--sizes", nargs="+", metavar="SIZE",
-                   help="N (square), MxNxK or BATCHxMxNxK; default: the suite (../shared/ANCHORS.md, other layouts, batches)")
-    p.add_argument("--kernels", nargs="+", metavar="NAME",
-                   help="gemm (the tuned default path) and/or ladder rungs; default: gemm")
-    p.add_argument("--layouts", nargs="+", default=["NN"], choices=registry.LAYOUTS,
-                   help="operand layouts for --sizes, T = transposed view; default: NN")
+    p.add_argument("--sizes", nargs="+", metavar="SHAPE", type=SHAPE,
+                   help=f"{SHAPE_HELP}; default: the suite (the reference shapes, other layouts, batches)")
+    p.add_argument("--kernels", nargs="+", metavar="NAME", help="gemm (the tuned default path) and/or ladder rungs; default: gemm")
+    p.add_argument("--layouts", **layouts, help="operand layouts for --sizes, T = transposed view; default: NN")
     p.add_argument("--refs", nargs="*", choices=("torch", "triton"),
                    help="references beside cuBLAS, where installed; default: torch triton")
     p.add_argument("--no-overhead", action="store_true", help="skip the per-call host overhead measurement")
     p.add_argument("--out", default="benchmarks/results", help="results folder; default: %(default)s")
-    p.add_argument("--tag", help="suffix of the results file name")
+    p.add_argument("--tag", type=TAG, help="suffix of the results file name")
     p.add_argument("--no-write", action="store_true", help="print only, write no results file")
-    p.add_argument("--arch", help="arch for the GPU-free compile (default sm_90)")
+    p.add_argument("--arch", type=ARCH, help="arch for the GPU-free compile (default sm_90)")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("ladder", help="every rung of the optimization ladder beside cuBLAS, plus the FP32 peak",
                        description="On a GPU: measure the FP32 FFMA peak, verify and time every rung "
-                       "beside cuBLAS, reproduce the seed-001 parameter table on rung 5 at 4096^3, "
-                       "print the tables, write the results JSON and a PNG plot. Without a GPU: "
-                       "registers, shared memory, spills and theoretical occupancy.")
-    p.add_argument("--sizes", nargs="+", default=DEFAULT_SIZES, metavar="SIZE",
-                   help="N (square) or MxNxK; default: %(default)s")
+                       "beside cuBLAS, repeat GEMM part 2's parameter study on rung 5 at 4096^3, print "
+                       "the tables, write the results JSON and a PNG plot. Without a GPU: registers, "
+                       "shared memory, spills and theoretical occupancy.")
+    p.add_argument("--sizes", nargs="+", default=[parse_shape(s) for s in DEFAULT_SIZES], metavar="SHAPE",
+                   type=SHAPE, help=f"{SHAPE_HELP}; default: {' '.join(DEFAULT_SIZES)}")
     p.add_argument("--kernels", nargs="+", metavar="NAME", help="default: every rung")
-    p.add_argument("--no-seed-table", action="store_true", help="skip the seed-001 table on rung 5")
+    p.add_argument("--no-parameter-study", action="store_true", help="skip the parameter study on rung 5")
     p.add_argument("--out", default="benchmarks/results", help="results folder; default: %(default)s")
-    p.add_argument("--tag", default="ladder", help="suffix of the results file name; default: %(default)s")
+    p.add_argument("--tag", type=TAG, default="ladder", help="suffix of the results file name; default: %(default)s")
     p.add_argument("--no-write", action="store_true", help="print only")
-    p.add_argument("--arch", help="arch for the GPU-free columns (default sm_90)")
+    p.add_argument("--arch", type=ARCH, help="arch for the GPU-free columns (default sm_90)")
     p.set_defaults(func=cmd_ladder)
 
     p = sub.add_parser("tune", help="tune the kernel family for this GPU; results go to the tuning cache",
                        description="For each shape: enumerate configs from the constraints, prune with "
                        "the resource model, compile in parallel, check each against float64, time the "
                        "rest, and record the fastest in the tuning cache (later calls use it).")
-    p.add_argument("--shapes", nargs="+", metavar="SIZE", help="N, MxNxK or BATCHxMxNxK; default: the bench suite")
+    p.add_argument("--shapes", nargs="+", metavar="SHAPE", type=SHAPE, help=f"{SHAPE_HELP}; default: the bench suite")
     p.add_argument("--suite", action="store_true", help="the bench suite (the default)")
-    p.add_argument("--layouts", nargs="+", default=["NN"], choices=registry.LAYOUTS,
-                   help="layouts to tune; default: NN (other layouts fall back to NN's entry)")
-    p.add_argument("--top", type=int, default=24, help="candidates timed per shape; default: %(default)s")
+    p.add_argument("--layouts", **layouts, help="layouts to tune; default: NN (other layouts fall back to NN's entry)")
+    p.add_argument("--top", type=POSITIVE, default=24, help="candidates timed per shape; default: %(default)s")
     p.add_argument("--ship", metavar="DIR", help="also write the results as a shippable table into DIR")
     p.add_argument("--out", help="also write every candidate's timing to OUT/tune.json")
-    p.add_argument("--arch", help="arch for the GPU-free listing (default sm_90)")
+    p.add_argument("--arch", type=ARCH, help="arch for the GPU-free listing (default sm_90)")
     p.set_defaults(func=cmd_tune)
 
     p = sub.add_parser("explain", help="why a rung or a family config is as fast as it is",
@@ -326,11 +346,11 @@ def build_parser() -> argparse.ArgumentParser:
                        "(instruction mix, FFMA share, reuse, register-bank estimate) and the roofline "
                        "floors. With a GPU: also the driver's occupancy and a timed run beside cuBLAS.")
     p.add_argument("kernel", help="a rung (e.g. 08_hopper) or gemm (the family; --config sets its params)")
-    p.add_argument("--config", help="kernel parameters NAME=VALUE,... (e.g. bm=128,bn=128,bk=16)")
-    p.add_argument("--shape", nargs=3, type=int, default=[4096, 4096, 4096], metavar=("M", "N", "K"),
-                   help="problem shape; default: 4096 4096 4096")
+    p.add_argument("--config", type=CONFIG, help="kernel parameters NAME=VALUE,... (e.g. bm=128,bn=128,bk=16)")
+    p.add_argument("--shape", type=SHAPE, default=parse_shape("4096x4096x4096"), metavar="MxNxK",
+                   help="problem shape; default: 4096x4096x4096")
     p.add_argument("--layout", default="NN", choices=registry.LAYOUTS)
-    p.add_argument("--arch", help="compile for this arch (default: the GPU's, else sm_90)")
+    p.add_argument("--arch", type=ARCH, help="compile for this arch (default: the GPU's, else sm_90)")
     p.add_argument("--gpu", help="whose measured peaks the roofline uses (default: this GPU's, else the first shipped)")
     p.add_argument("--no-measure", action="store_true", help="skip the timed run even with a GPU")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -339,15 +359,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a bad argument (already reported)
+        return int(exc.code or 0)
+    args.command_line = results.command(["tilegemm"] + argv)
     try:
         return args.func(args)
-    except (ValueError, TypeError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        return 2
-    except TilegemmError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        return 1
+    except KeyboardInterrupt:
+        status, message = 130, "interrupted"
+    except Exception as exc:
+        if os.environ.get("TILEGEMM_DEBUG") == "1":
+            raise
+        if isinstance(exc, (ValueError, TypeError)):  # bad input (ConfigError is a ValueError)
+            status, message = 2, str(exc)
+        elif isinstance(exc, (TilegemmError, OSError, RuntimeError)):
+            status, message = 1, str(exc)
+        else:  # a bug: still one line, the traceback only on request
+            status, message = 1, f"internal error ({type(exc).__name__}: {exc}); TILEGEMM_DEBUG=1 shows the traceback"
+    first, _, rest = message.strip().partition("\n")
+    errors.print("[red]error:[/red] " + escape(first) + (" (the rest: TILEGEMM_DEBUG=1)" if rest.strip() else ""),
+                 soft_wrap=True, highlight=False)
+    return status
 
 
 if __name__ == "__main__":

@@ -16,34 +16,24 @@ import re
 import struct
 import tempfile
 import threading
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import gpu
+from .folders import cache_dir
 from ._version import __version__
+from .cubin import Resources, elf_resources, parse_resources
 from .errors import CompileError
 
-KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
+# the kernel sources; TILEGEMM_KERNEL_DIR points a process at a copy (scripts/variants.py times
+# variant sources that way, one process per variant)
+KERNEL_DIR = Path(os.environ.get("TILEGEMM_KERNEL_DIR") or Path(__file__).resolve().parent / "kernels")
 DEFAULT_ARCH = "sm_90"
 _MAGIC = b"TGCUBIN1"
 
 _memo: dict[str, "CompiledKernel"] = {}
 _memo_lock = threading.Lock()
-
-
-@dataclass(frozen=True)
-class Resources:
-    """What ptxas reports for one kernel entry."""
-
-    registers: int
-    shared_bytes: int  # static shared memory; dynamic shared memory is decided at launch
-    stack_bytes: int
-    spill_stores: int
-    spill_loads: int
-    barriers: int
-
-    @property
-    def spills(self) -> int:
-        return self.spill_stores + self.spill_loads
 
 
 @dataclass(frozen=True)
@@ -62,39 +52,46 @@ class CompiledKernel:
 # --------------------------------------------------------------------------- helpers
 
 
+MIN_ARCH = 80  # cp.async (rung 8 and the family's pipelines) needs sm_80
+_ARCH_RE = re.compile(r"(\d{2,3})([af]?)")
+
+
+@functools.lru_cache(maxsize=1)
+def supported_archs() -> tuple[int, ...]:
+    """Compute capabilities (as 80, 90, ...) that this NVRTC compiles for and tilegemm supports."""
+    try:
+        err, archs = _nvrtc().nvrtcGetSupportedArchs()
+        found = tuple(int(a) for a in archs if int(a) >= MIN_ARCH)
+        if found:
+            return found
+    except Exception:  # an NVRTC too old to say: the compile itself reports
+        pass
+    return (80, 86, 87, 89, 90)
+
+
+def supported_text() -> str:
+    return ", ".join(f"sm_{a}" for a in supported_archs()) + " (and sm_90a and newer 'a' variants)"
+
+
 def normalize_arch(arch: str | int | None) -> str:
-    """Accept ``90``, ``"90"``, ``"sm_90"``, ``"sm_90a"``, ``(9, 0)``; None -> current GPU's or sm_90."""
+    """Accept ``90``, ``"90"``, ``"sm_90"``, ``"sm_90a"``, ``(9, 0)``; None -> the current GPU's arch,
+    else sm_90.  Architectures this NVRTC cannot target, or older than sm_80, are refused with the
+    list of supported ones."""
     if arch is None:
-        return current_arch() or DEFAULT_ARCH
-    if isinstance(arch, tuple):
+        return gpu.current_arch() or DEFAULT_ARCH
+    if isinstance(arch, tuple) and len(arch) == 2:
         arch = f"{arch[0]}{arch[1]}"
     text = str(arch).strip().lower()
-    if text.startswith("compute_"):
-        text = text[len("compute_") :]
-    if text.startswith("sm_"):
-        text = text[3:]
-    if not re.fullmatch(r"\d{2,3}[af]?", text):
-        raise ValueError(f"arch={arch!r} is not a GPU architecture; pass e.g. 'sm_90' or 90")
-    return f"sm_{text}"
-
-
-def current_arch() -> str | None:
-    """The arch of the current CUDA device, or None when there is no usable GPU."""
-    try:
-        from . import runtime
-
-        props = runtime.device_properties()
-    except Exception:
-        return None
-    return f"sm_{props.major}{props.minor}"
-
-
-def cache_dir() -> Path:
-    env = os.environ.get("TILEGEMM_CACHE_DIR")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "tilegemm"
+    for prefix in ("compute_", "sm_"):
+        if text.startswith(prefix):
+            text = text[len(prefix):]
+    m = _ARCH_RE.fullmatch(text)
+    if not m:
+        raise ValueError(f"arch={arch!r} is not a GPU architecture; pass one of {supported_text()}")
+    number, suffix = int(m.group(1)), m.group(2)
+    if number not in supported_archs() or (suffix and number < 90):
+        raise ValueError(f"arch={arch!r} is not supported: tilegemm compiles for {supported_text()}")
+    return f"sm_{number}{suffix}"
 
 
 def _nvrtc():
@@ -159,88 +156,6 @@ def cache_key(source: str, options: list[str], arch: str) -> str:
     return h.hexdigest()
 
 
-# --------------------------------------------------------------------------- resource report
-
-_RE_FUNC = re.compile(r"Function properties for (\S+)")
-_RE_STACK = re.compile(
-    r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads"
-)
-_RE_USED = re.compile(r"Used (\d+) registers(?:, used (\d+) barriers)?(?:, \d+ bytes cumulative stack size)?(?:, (\d+) bytes smem)?")
-
-
-def parse_resources(log: str, entry: str) -> Resources:
-    """Parse ptxas' ``-v`` report for ``entry`` out of an NVRTC log."""
-    lines = log.splitlines()
-    start = None
-    for i, line in enumerate(lines):
-        m = _RE_FUNC.search(line)
-        if m and m.group(1) == entry:
-            start = i
-            break
-    if start is None:
-        raise CompileError(f"no ptxas resource report for entry {entry!r} in the NVRTC log", log)
-    stack = _RE_STACK.search("\n".join(lines[start : start + 3]))
-    used = None
-    for line in lines[start : start + 4]:
-        used = _RE_USED.search(line) or used
-        if used:
-            break
-    if not stack or not used:
-        raise CompileError(f"could not read the ptxas report for {entry!r}", log)
-    return Resources(
-        registers=int(used.group(1)),
-        barriers=int(used.group(2) or 0),
-        shared_bytes=int(used.group(3) or 0),
-        stack_bytes=int(stack.group(1)),
-        spill_stores=int(stack.group(2)),
-        spill_loads=int(stack.group(3)),
-    )
-
-
-def _elf_sections(blob: bytes) -> dict[str, tuple[int, int]]:
-    """name -> (offset, size) of each section of a 64-bit little-endian ELF (a cubin)."""
-    (shoff,) = struct.unpack_from("<Q", blob, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", blob, 0x3A)
-    heads = [struct.unpack_from("<IIQQQQ", blob, shoff + i * shentsize) for i in range(shnum)]
-    strtab = heads[shstrndx][4]
-    out = {}
-    for name, _typ, _flags, _addr, offset, size in heads:
-        end = blob.index(b"\0", strtab + name)
-        out[blob[strtab + name : end].decode()] = (offset, size)
-    return out
-
-
-def elf_resources(cubin: bytes, entry: str, arch: str) -> Resources:
-    """Registers, frame and static shared memory read from the cubin itself.
-
-    Used when NVRTC's log carries no ptxas report (NVRTC 13.0 was seen to omit it when a program
-    is compiled again in one process).  Spill sizes are not recorded in the ELF: they are given as
-    0 here, and the SASS check for LDL/STL catches spills regardless.
-    """
-    secs = _elf_sections(cubin)
-    regs = frame = 0
-    off, size = secs.get(".nv.info", (0, 0))
-    info = cubin[off : off + size]
-    i = 0
-    while i + 4 <= len(info):
-        fmt, attr = info[i], info[i + 1]
-        if fmt == 0x04:  # EIFMT_SVAL: u16 size, then data
-            (n,) = struct.unpack_from("<H", info, i + 2)
-            if attr in (0x2F, 0x11) and n == 8:  # EIATTR_REGCOUNT, EIATTR_FRAME_SIZE: (symbol, value)
-                _sym, val = struct.unpack_from("<II", info, i + 4)
-                if attr == 0x2F:
-                    regs = max(regs, val)
-                else:
-                    frame = max(frame, val)
-            i += 4 + n
-        else:  # EIFMT_NVAL/BVAL/HVAL: 2 more bytes
-            i += 4
-    shared = secs.get(f".nv.shared.{entry}", (0, 0))[1]
-    if shared and int(re.sub(r"\D", "", arch)) >= 90:
-        shared = max(0, shared - 1024)  # sm_90 cubins count 1 KB of reserved shared memory in
-    return Resources(regs, shared, frame, 0, 0, 0)
-
-
 # --------------------------------------------------------------------------- on-disk cache
 
 
@@ -297,22 +212,44 @@ def _write_cache(key: str, meta: dict, cubin: bytes) -> None:
             except OSError:
                 pass
             raise
-    except OSError:
-        pass  # an unwritable cache only costs a recompile next time
+    except OSError as exc:  # an unwritable cache costs a recompile in every new process: say so once
+        _warn_unwritable(path.parent, exc)
+
+
+_warned: set = set()
+
+
+def _warn_unwritable(folder: Path, exc: OSError) -> None:
+    if str(folder) not in _warned:
+        _warned.add(str(folder))
+        warnings.warn(f"tilegemm: cannot write the kernel cache in {folder} ({exc.strerror or exc}); kernels "
+                      f"will be compiled again in every process. Set TILEGEMM_CACHE_DIR to a writable "
+                      f"folder", RuntimeWarning, stacklevel=4)
 
 
 # --------------------------------------------------------------------------- compile
 
 
-def _dump_failed_source(name: str, key: str, source: str, options: list[str]) -> str:
-    target = cache_dir() / "failed"
+def _dump_failed_source(name: str, key: str, source: str, options: list[str]) -> str | None:
+    """Write the source NVRTC rejected where its user can read it: the cache's ``failed/`` folder,
+    else a new file of the user's own in the temporary directory; None if neither can be written."""
+    text = "// NVRTC options: " + " ".join(options) + "\n" + source
+    stem = f"{Path(name).stem}-{key[:12]}"
     try:
+        target = cache_dir() / "failed"
         target.mkdir(parents=True, exist_ok=True)
-        path = target / f"{Path(name).stem}-{key[:12]}.cu"
+        path = target / f"{stem}.cu"
+        path.write_text(text)
+        return str(path)
     except OSError:
-        path = Path(tempfile.gettempdir()) / f"tilegemm-{Path(name).stem}-{key[:12]}.cu"
-    path.write_text("// NVRTC options: " + " ".join(options) + "\n" + source)
-    return str(path)
+        pass
+    try:
+        fd, path = tempfile.mkstemp(prefix=f"tilegemm-{stem}-", suffix=".cu")  # private to this user
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        return path
+    except OSError:
+        return None
 
 
 def _run_nvrtc(name: str, source: str, options: list[str], key: str) -> tuple[bytes, str]:

@@ -1,14 +1,10 @@
 """The optimization ladder: every rung verified and timed beside cuBLAS, the FP32 peak measured in
-the same run, the seed-001 parameter table, and the plot."""
+the same run (instruments.probe.fp32_peak), GEMM part 2's parameter study on rung 5, and the plot."""
 
 from __future__ import annotations
 
-import numpy as np
-
-from . import bench, compiler, runtime
-
-# seed 001 §3: bm/bk/bn/rm/rn and the seed's own V100 results at 4096^3 (GFLOPS, % of cuBLAS)
-SEED001_TABLE = [
+# GEMM part 2 §3: bm/bk/bn/rm/rn and the article's own V100 results at 4096^3 (GFLOPS, % of cuBLAS)
+PARAMETER_STUDY = [
     ((64, 16, 64, 4, 4), 13036.2, 86.0),
     ((64, 32, 64, 4, 4), 11738.8, 77.5),
     ((64, 4, 64, 8, 8), 13065.6, 86.2),
@@ -20,32 +16,9 @@ SEED001_TABLE = [
 ]
 
 
-def seed001_config(t) -> dict:
+def study_config(t) -> dict:
+    """A row of the parameter study as rung 5's config."""
     return dict(zip(("bm", "bk", "bn", "rm", "rn"), t))
-
-
-def measure_fp32_peak(iters: int = 8192, chains: int = 16) -> float:
-    """FFMA throughput in TFLOPS: the median of several launches of a chain-free FFMA kernel."""
-    cupy = runtime._cupy()
-    props = runtime.device_properties()
-    k = compiler.compile_file("fp32_peak.cu", entry="fp32_peak", defines={"CHAINS": chains}, arch=props.arch)
-    fn = runtime.load(k, props.id)
-    threads, blocks = 256, props.sms * (props.max_threads_per_sm // 256) * 4
-    out = cupy.empty(threads * blocks, dtype=np.float32)
-    args = (out, np.int32(iters), np.float32(0.999999), np.float32(1e-7))
-    start, end = cupy.cuda.Event(), cupy.cuda.Event()
-    times = []
-    for rep in range(7):
-        start.record()
-        fn((blocks, 1, 1), (threads, 1, 1), args)
-        end.record()
-        end.synchronize()
-        if rep:
-            times.append(cupy.cuda.get_elapsed_time(start, end))
-    if not np.isfinite(out[:8].get()).all():
-        raise RuntimeError("the FFMA peak kernel produced non-finite values")
-    flop = 2.0 * chains * iters * threads * blocks
-    return flop / float(np.median(times)) / 1e9
 
 
 def plot(doc: dict, path) -> None:

@@ -1,64 +1,23 @@
 """The kernels tilegemm knows: each a ``.cu`` file plus its parameters and their constraints.
 
-Constraints are declared here once, in Python, and used by everything that needs them: the launch
-path (errors), the tuner (pruning) and the kernel build (passed as defines; the kernels also
-``static_assert`` the ones they rely on).
+Constraints are declared here once, in Python, and used by everything that needs them: the call
+path (errors), the tuner (pruning), the selection and the kernel build (passed as defines; the
+kernels also ``static_assert`` the ones they rely on).  Constraints are checked in order and the
+first ones guard the later ones (positive sizes before divisions by them).  The sources a rung
+follows are cited by title (docs/sources.md).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import numbers
+from dataclasses import dataclass
 from typing import Callable
 
 from . import compiler
 from .errors import ConfigError
+from .occupancy import Limits
 
 LAYOUTS = ("NN", "NT", "TN", "TT")
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Per-device limits the constraints need; from the device query, or a table by arch."""
-
-    smem_per_block_optin: int
-    smem_per_sm: int
-    regs_per_sm: int
-    max_threads_per_block: int = 1024
-    max_threads_per_sm: int = 2048
-    max_blocks_per_sm: int = 32
-    # allocation rules the occupancy calculator needs (instruments/occupancy.py); sm_80 .. sm_90
-    reg_alloc_unit: int = 256  # registers are given to a warp in units of this many
-    reg_partitions: int = 4  # the register file is split over this many SM sub-partitions
-    smem_alloc_unit: int = 128  # shared memory is given to a block in units of this many bytes
-    smem_reserved: int = 1024  # bytes the system reserves per resident block
-
-    @classmethod
-    def for_arch(cls, arch: str) -> "Limits":
-        arch = compiler.normalize_arch(arch)
-        base = arch.rstrip("af")
-        # unknown (newer) archs get the sm_90 table, the closest we have measured
-        return _ARCH_LIMITS.get(base, _ARCH_LIMITS["sm_90"])
-
-    @classmethod
-    def from_props(cls, props) -> "Limits":
-        return cls(
-            smem_per_block_optin=props.smem_per_block_optin,
-            smem_per_sm=props.smem_per_sm,
-            regs_per_sm=props.regs_per_sm,
-            max_threads_per_block=props.max_threads_per_block,
-            max_threads_per_sm=props.max_threads_per_sm,
-            max_blocks_per_sm=props.max_blocks_per_sm,
-            smem_reserved=getattr(props, "smem_reserved", 1024),
-        )
-
-
-# CUDA C Programming Guide, "Technical Specifications per Compute Capability".
-_ARCH_LIMITS = {
-    "sm_80": Limits(163 * 1024, 164 * 1024, 65536, 1024, 2048, 32),
-    "sm_86": Limits(99 * 1024, 100 * 1024, 65536, 1024, 1536, 16),
-    "sm_89": Limits(99 * 1024, 100 * 1024, 65536, 1024, 1536, 24),
-    "sm_90": Limits(227 * 1024, 228 * 1024, 65536, 1024, 2048, 32),
-}
 
 
 @dataclass(frozen=True)
@@ -80,21 +39,39 @@ class KernelSpec:
     vec: bool = False  # takes TG_VEC: 4 = 16-byte loads/stores (aligned operands), 1 = 4-byte
     linear_grid: bool = False  # 1-D grid of all tiles (the kernel maps block index -> tile)
     entry: str = "tilegemm_kernel"
-    seed: str = ""
+    source: str = ""  # the document and section it follows (docs/sources.md)
     runtime: tuple = ()  # parameters passed at launch, not compiled in (e.g. split-K's "splits")
+    waits: bool = False  # executes griddepcontrol.wait first, so it may be launched as a PDL dependent
 
     def params(self, overrides: dict | None = None) -> dict:
+        """The defaults with ``overrides`` applied; unknown names and values that are not integers
+        raise ConfigError (no silent rounding of 3.5 to 3, no bools)."""
+        if overrides is not None and not isinstance(overrides, dict):
+            raise ConfigError(f"config must be a dict of parameter names to integers, got "
+                              f"{type(overrides).__name__}")
         p = dict(self.defaults)
         for k, v in (overrides or {}).items():
             if k not in p:
                 raise ConfigError(
                     f"{self.name} has no parameter {k!r}; its parameters are {sorted(p)}"
                 )
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+                raise ConfigError(f"config[{k!r}] must be an integer, got {type(v).__name__} {v!r}")
             p[k] = int(v)
         return p
 
     def violations(self, params: dict, limits: Limits) -> list[str]:
-        return [c.text for c in self.constraints if not c.check(params, limits)]
+        """The constraints ``params`` break, in declaration order.  A constraint that cannot even be
+        evaluated (a division by a size an earlier constraint already rejected) counts as broken."""
+        bad = []
+        for c in self.constraints:
+            try:
+                ok = c.check(params, limits)
+            except ArithmeticError:
+                ok = False
+            if not ok:
+                bad.append(c.text)
+        return bad
 
     def check(self, params: dict, limits: Limits) -> None:
         bad = self.violations(params, limits)
@@ -158,14 +135,14 @@ _register(KernelSpec(
     name="01_naive",
     file="01_naive.cu",
     summary="one thread per output element, operands straight from global memory",
-    seed="004 Fig. 4.3; 002 §1",
+    source="Memory and data locality §4.2, Fig. 4.3; GEMM illustrated §2",
     defaults={"block_x": 16, "block_y": 16},
     block=lambda p: (p["block_x"], p["block_y"], 1),
     tile=lambda p: (p["block_y"], p["block_x"]),
     constraints=(
+        Constraint("block_x >= 1 and block_y >= 1", lambda p, lim: min(p["block_x"], p["block_y"]) >= 1),
         Constraint("block_x * block_y <= max threads per block",
                    lambda p, lim: p["block_x"] * p["block_y"] <= lim.max_threads_per_block),
-        Constraint("block_x >= 1 and block_y >= 1", lambda p, lim: min(p["block_x"], p["block_y"]) >= 1),
     ),
 ))
 
@@ -173,17 +150,17 @@ _register(KernelSpec(
     name="02_smem_tiled",
     file="02_smem_tiled.cu",
     summary="TILE x TILE shared-memory tiles, barriers, zero-filled edges",
-    seed="004 Fig. 4.16, 4.20, §4.7",
+    source="Memory and data locality §4.4-4.6 (Fig. 4.16, 4.20), §4.7",
     defaults={"tile": 16},
     block=lambda p: (p["tile"], p["tile"], 1),
     tile=lambda p: (p["tile"], p["tile"]),
     smem=lambda p: 2 * p["tile"] * p["tile"] * 4,
     constraints=(
+        Constraint("tile >= 1", lambda p, lim: p["tile"] >= 1),
         Constraint("tile * tile <= max threads per block",
                    lambda p, lim: p["tile"] ** 2 <= lim.max_threads_per_block),
         Constraint("2 * tile^2 * 4 bytes <= shared memory per block",
                    lambda p, lim: 8 * p["tile"] ** 2 <= lim.smem_per_block_optin),
-        Constraint("tile >= 1", lambda p, lim: p["tile"] >= 1),
     ),
 ))
 
@@ -198,7 +175,7 @@ _register(KernelSpec(
     name="03_register_blocked",
     file="03_register_blocked.cu",
     summary="128x128 block tile, BK=8, 8x8 outputs per thread from registers",
-    seed="002 §4 (sgemm_V1)",
+    source="GEMM illustrated §3-4 (sgemm_V1)",
     defaults={},
     block=lambda p: (256, 1, 1),
     tile=lambda p: (128, 128),
@@ -208,7 +185,7 @@ _register(KernelSpec(
     name="04_vectorized",
     file="04_vectorized.cu",
     summary="float4 global and shared loads, A transposed in shared memory",
-    seed="001 §2.2; 002 §5.2",
+    source="GEMM part 2 §2.2; GEMM illustrated §5.2",
     defaults={},
     block=lambda p: (256, 1, 1),
     tile=lambda p: (128, 128),
@@ -216,7 +193,7 @@ _register(KernelSpec(
 ))
 
 
-def _seed001_threads(p):
+def _rung5_threads(p):
     return (p["bm"] // p["rm"]) * (p["bn"] // p["rn"])
 
 
@@ -224,24 +201,26 @@ _register(KernelSpec(
     name="05_double_buffered",
     file="05_double_buffered.cu",
     summary="two shared buffers + two register fragments, one barrier per K step",
-    seed="001 §1.2-2.4, §3",
-    # chosen on the H100 for both of issue 3's bars: 0.80x cuBLAS at 4096^3 and -5% at 4095^3
-    # (the seed-001 table's best, 128/16/128/8/8, runs 0.77x but loses 17% at 4095^3)
+    source="GEMM part 2 §1.2, §2.2-2.4 (parameters: §3)",
+    # chosen on the H100 for both of the ladder's bars (0.70x cuBLAS at 4096^3, at most 10% lost at
+    # 4095^3): 0.80x and -5% (GEMM part 2's table's best, 128/16/128/8/8, runs 0.77x but loses 17%)
     defaults={"bm": 128, "bk": 8, "bn": 256, "rm": 16, "rn": 8},
-    block=lambda p: (_seed001_threads(p), 1, 1),
+    block=lambda p: (_rung5_threads(p), 1, 1),
     tile=lambda p: (p["bm"], p["bn"]),
     vec=True,
     constraints=(
+        _c("bm, bk, bn, rm and rn are positive",
+           lambda p, lim: min(p["bm"], p["bk"], p["bn"], p["rm"], p["rn"]) > 0),
         _c("rm and rn are multiples of 4 (LDS.128 fragments)", lambda p, lim: p["rm"] % 4 == 0 and p["rn"] % 4 == 0 and p["rm"] > 0 and p["rn"] > 0),
         _c("bm % rm == 0 and bn % rn == 0", lambda p, lim: p["bm"] % p["rm"] == 0 and p["bn"] % p["rn"] == 0),
         _c("bk is a positive multiple of 4", lambda p, lim: p["bk"] > 0 and p["bk"] % 4 == 0),
-        _c("(bm/rm)*(bn/rn) threads <= max threads per block",
-           lambda p, lim: _seed001_threads(p) <= lim.max_threads_per_block),
+        _c("1 <= (bm/rm)*(bn/rn) threads <= max threads per block",
+           lambda p, lim: 1 <= _rung5_threads(p) <= lim.max_threads_per_block),
         _c("bm*bk and bk*bn split into whole float4s per thread",
-           lambda p, lim: (p["bm"] * p["bk"]) % (4 * _seed001_threads(p)) == 0
-           and (p["bk"] * p["bn"]) % (4 * _seed001_threads(p)) == 0),
+           lambda p, lim: (p["bm"] * p["bk"]) % (4 * _rung5_threads(p)) == 0
+           and (p["bk"] * p["bn"]) % (4 * _rung5_threads(p)) == 0),
         _c("threads divisible by bk/4, bm/4 and bn/4 (each thread loads float4s of one column)",
-           lambda p, lim: all(_seed001_threads(p) % (x // 4) == 0 for x in (p["bk"], p["bm"], p["bn"]))),
+           lambda p, lim: all(_rung5_threads(p) % (x // 4) == 0 for x in (p["bk"], p["bm"], p["bn"]))),
         _c("2 buffers * bk*(bm+bn) * 4 bytes <= 48 KB static shared memory",
            lambda p, lim: 8 * p["bk"] * (p["bm"] + p["bn"]) <= _STATIC_SMEM),
     ),
@@ -250,23 +229,24 @@ _register(KernelSpec(
 _BK_8_OR_16 = _c("bk is 8 or 16 (a warp-wide float4 split of the tile)", lambda p, lim: p["bk"] in (8, 16))
 
 
-def _tile128(name: str, summary: str, seed: str, defaults: dict, *constraints, linear_grid=False) -> KernelSpec:
+def _tile128(name: str, summary: str, source: str, defaults: dict, *constraints, linear_grid=False) -> KernelSpec:
     """Rungs 6-8: 256 threads, a 128 x 128 block tile, 8 x 8 outputs per thread, depth bk."""
     return _register(KernelSpec(
-        name=name, file=f"{name}.cu", summary=summary, seed=seed, defaults=defaults,
+        name=name, file=f"{name}.cu", summary=summary, source=source, defaults=defaults,
         block=lambda p: (256, 1, 1), tile=lambda p: (128, 128), vec=True, linear_grid=linear_grid,
         constraints=(_BK_8_OR_16, *constraints),
     ))
 
 
 _tile128("06_warp_tiled", "4x8 warps, 8x8 split into four 4x4 patches: conflict-free LDS.128",
-         "002 §5.2", {"bk": 16})
+         "GEMM illustrated §5.2", {"bk": 16})
 _tile128("07_maxas", "C staged through shared memory: whole 128-B lines per store",
-         "003; 000 (maxas part 9)", {"bk": 16})
+         "the maxas article (part 9 for the output)", {"bk": 16})
 _register(KernelSpec(
     name="08_hopper", file="08_hopper.cu",
     summary="cp.async 3-stage pipeline, 16x8 threads on a 256x128 tile, block swizzle; chosen by measurement",
-    seed="beyond the seeds (docs/perf-notes.md)", defaults={"stages": 3, "swizzle": 8, "ln": 2},
+    source="beyond the sources: each choice measured (docs/perf-notes.md)",
+    defaults={"stages": 3, "swizzle": 8, "ln": 2},
     block=lambda p: (256, 1, 1), tile=lambda p: (256, 128), vec=True, linear_grid=True,
     smem=lambda p: p["stages"] * 8 * (260 + 132) * 4,
     constraints=(
@@ -314,6 +294,7 @@ def _warps_fit(p) -> bool:
 
 
 FAMILY_CONSTRAINTS = (
+    _c("bm and bn are positive", lambda p, lim: p["bm"] > 0 and p["bn"] > 0),
     _c("tm and tn are 4, 8, 12 or 16 (4 x 4 patches, LDS.128 fragments)",
        lambda p, lim: p["tm"] in (4, 8, 12, 16) and p["tn"] in (4, 8, 12, 16)),
     _c("bm % tm == 0 and bn % tn == 0", lambda p, lim: p["bm"] % p["tm"] == 0 and p["bn"] % p["tn"] == 0),
@@ -345,8 +326,8 @@ FAMILY = KernelSpec(
     file="gemm.cu",
     summary="the production family: rung 8 with every tile size a parameter, batches, alpha/beta, split-K, "
             "stream-K",
-    seed="beyond the seeds (docs/perf-notes.md)",
-    # the best config of the H100/H200 sweeps at 4096^3 and 8192^3 (tuning.HUGE; rung 8's shape)
+    source="beyond the sources: rung 8 generalised (docs/perf-notes.md)",
+    # the best config of the H100/H200 sweeps at 4096^3 and 8192^3 (selection.HUGE; rung 8's shape)
     defaults={"bm": 256, "bn": 128, "bk": 8, "tm": 16, "tn": 8, "ln": 2, "minb": 1, "swizzle": 8,
               "stages": 3, "splits": 1, "order": 1, "sk": 0},
     block=lambda p: (_threads(p), 1, 1),
@@ -357,17 +338,19 @@ FAMILY = KernelSpec(
     linear_grid=True,
     entry="tilegemm_gemm",
     runtime=("splits",),
+    waits=True,
 )
 
 REDUCE = KernelSpec(
     name="splitk_reduce", file="splitk_reduce.cu", summary="split-K: add the partial products",
     defaults={}, block=lambda p: (256, 1, 1), tile=lambda p: (1, 1), entry="tilegemm_splitk_reduce",
+    waits=True,
 )
 
-KERNELS: dict[str, KernelSpec] = {FAMILY.name: FAMILY}
-
-
 def get(name: str) -> KernelSpec:
+    if not isinstance(name, str):
+        raise TypeError(f"kernel must be a kernel name (a str), got {type(name).__name__} {name!r}; "
+                        f"choose one of {[FAMILY.name] + sorted(RUNGS)}")
     if name == FAMILY.name:
         return FAMILY
     try:
@@ -376,8 +359,3 @@ def get(name: str) -> KernelSpec:
         raise ValueError(
             f"kernel={name!r} is not a tilegemm kernel; choose one of {[FAMILY.name] + sorted(RUNGS)}"
         ) from None
-
-
-def best_order() -> list[str]:
-    """Kernel names from the fastest expected to the slowest (the default pick is the first that fits)."""
-    return sorted(RUNGS, reverse=True)

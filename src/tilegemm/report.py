@@ -60,24 +60,24 @@ def pivot_table(doc: dict) -> str:
     return caption + "\n\n" + "\n".join(lines) + "\n"
 
 
-def seed001_table(doc: dict) -> str:
-    """Rung 5's parameter study at 4096^3 beside the seed's own V100 figures (seed 001 §3)."""
-    from .ladder import SEED001_TABLE
+def study_table(doc: dict) -> str:
+    """Rung 5's parameter study at 4096^3 beside the article's own V100 figures (GEMM part 2 §3)."""
+    from .ladder import PARAMETER_STUDY
 
     ours = {}
     for r in doc["rows"]:
         c = r.get("config")
         if r["kernel"] == "05_double_buffered" and c:
             ours[tuple(c[k] for k in ("bm", "bk", "bn", "rm", "rn"))] = r
-    lines = ["| bm/bk/bn/rm/rn | TFLOPS (ours) | % of cuBLAS (ours) | seed V100 GFLOPS | seed % of cuBLAS |",
+    lines = ["| bm/bk/bn/rm/rn | TFLOPS (ours) | % of cuBLAS (ours) | article: V100 GFLOPS | article: % of cuBLAS |",
              "|---|---|---|---|---|"]
-    for cfg, gflops, pct in SEED001_TABLE:
+    for cfg, gflops, pct in PARAMETER_STUDY:
         r = ours.get(cfg)
         t = "-" if r is None or r.get("tflops") is None else f"{r['tflops']:.1f}"
         q = "-" if r is None or r.get("ratio") is None else f"{100 * r['ratio']:.1f}%"
         lines.append(f"| {'/'.join(map(str, cfg))} | {t} | {q} | {gflops:g} | {pct}% |")
-    return (f"05_double_buffered at 4096³ on {doc['gpu']} ({doc['date']}), beside seed 001's V100 table.\n\n"
-            + "\n".join(lines) + "\n")
+    return (f"05_double_buffered at 4096³ on {doc['gpu']} ({doc['date']}), beside the V100 table of GEMM part 2 "
+            "(docs/sources.md).\n\n" + "\n".join(lines) + "\n")
 
 
 def suite_table(doc: dict) -> str:
@@ -122,40 +122,41 @@ def _m(x) -> str:
 
 
 def banks_table(doc: dict) -> str:
-    """Shared-memory wavefronts of every kernel at one shape: the seed's model, the refined model
+    """Shared-memory wavefronts of every kernel at one shape: the classic model, the refined model
     and Nsight Compute, loads and stores (instruments/banks.py, instruments/probe.py)."""
     M, N, K = doc["kernel_shape"]
-    lines = ["| kernel | loads: seed model | loads: Hopper model | loads: ncu | ncu load conflicts "
+    lines = ["| kernel | loads: classic model | loads: Hopper model | loads: ncu | ncu load conflicts "
              "| stores: model | stores: ncu | ncu store conflicts |",
              "|---|---|---|---|---|---|---|---|"]
     for k in doc["kernels"]:
-        lines.append(f"| {k['kernel']} | {_m(k['seed_ld_wavefronts'])} | {_m(k['hopper_ld_wavefronts'])} "
+        lines.append(f"| {k['kernel']} | {_m(k['classic_ld_wavefronts'])} | {_m(k['hopper_ld_wavefronts'])} "
                      f"| {_m(k['measured_ld_wavefronts'])} | {_m(k['measured_ld_conflicts'])} "
                      f"| {_m(k['hopper_st_wavefronts'])} | {_m(k['measured_st_wavefronts'])} "
                      f"| {_m(k['measured_st_conflicts'])} |")
     probes = doc["probes"]
-    hit = {m: sum(r[f"{m}_wavefronts"] == r["measured_wavefronts"] for r in probes) for m in ("seed", "hopper")}
+    hit = {m: sum(r[f"{m}_wavefronts"] == r["measured_wavefronts"] for r in probes) for m in ("classic", "hopper")}
     return (f"Shared-memory wavefronts (millions) of one {M}x{N}x{K} launch on {doc['gpu']} ({doc['date']}, "
             f"driver {doc['driver']}): predicted from each kernel's declared accesses, measured by Nsight "
             "Compute (l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld/st.sum). Single-instruction probes: "
-            f"the seed's model predicts {hit['seed']} of {len(probes)}, the refined model {hit['hopper']} "
+            f"the classic model (GEMM illustrated's rules) predicts {hit['classic']} of {len(probes)}, the refined "
+            f"model {hit['hopper']} "
             f"of {len(probes)}.\n\n" + "\n".join(lines) + "\n")
 
 
 def probes_table(doc: dict) -> str:
-    """The single-instruction probes where the seed's model and the measurement differ, and the
-    seed's worked cases."""
-    lines = ["| probe (one warp-wide instruction) | seed model | Hopper model | ncu |", "|---|---|---|---|"]
+    """The single-instruction probes where the classic model and the measurement differ, and the
+    worked cases of GEMM illustrated."""
+    lines = ["| probe (one warp-wide instruction) | classic model | Hopper model | ncu |", "|---|---|---|---|"]
     for r in doc["probes"]:
-        worked = "seed" in r["name"] or "4x8" in r["name"]
-        if worked or r["seed_wavefronts"] != r["measured_wavefronts"]:
-            lines.append(f"| {r['name']} | {r['seed_wavefronts']} | {r['hopper_wavefronts']} "
+        worked = "worked case" in r["name"] or "4x8" in r["name"]
+        if worked or r["classic_wavefronts"] != r["measured_wavefronts"]:
+            lines.append(f"| {r['name']} | {r['classic_wavefronts']} | {r['hopper_wavefronts']} "
                          f"| {r['measured_wavefronts']:.0f} |")
-    return (f"Wavefronts of single shared-memory instructions on {doc['gpu']} ({doc['date']}): the seed's "
-            "worked cases, and every probe where the seed's model misses.\n\n" + "\n".join(lines) + "\n")
+    return (f"Wavefronts of single shared-memory instructions on {doc['gpu']} ({doc['date']}): GEMM illustrated's "
+            "worked cases, and every probe where the classic model misses.\n\n" + "\n".join(lines) + "\n")
 
 
-VIEWS = {"pivot": pivot_table, "seed001": seed001_table, "suite": suite_table, "banks": banks_table,
+VIEWS = {"pivot": pivot_table, "study": study_table, "suite": suite_table, "banks": banks_table,
          "probes": probes_table}
 
 

@@ -160,13 +160,14 @@ def test_strided_gpu_view_is_refused(cp):
         tilegemm.matmul(a, cp.ones((4, 4), np.float32))
 
 
-SEED001 = [(64, 16, 64, 4, 4), (64, 32, 64, 4, 4), (64, 4, 64, 8, 8), (64, 8, 64, 8, 8),
+STUDY = [  # GEMM part 2's parameter study (bm, bk, bn, rm, rn)
+    (64, 16, 64, 4, 4), (64, 32, 64, 4, 4), (64, 4, 64, 8, 8), (64, 8, 64, 8, 8),
            (64, 16, 64, 8, 8), (64, 32, 64, 8, 8), (128, 16, 128, 8, 8), (128, 8, 128, 8, 8)]
 ODD = [(1, 1, 1), (67, 129, 31), (255, 65, 130), (1000, 999, 77), (64, 64, 64), (130, 3, 1025), (4095, 33, 17)]
 
 
-@pytest.mark.parametrize("cfg", SEED001)
-def test_rung5_seed001_configs(cp, cfg):
+@pytest.mark.parametrize("cfg", STUDY)
+def test_rung5_parameter_study_configs(cp, cfg):
     config = dict(zip(("bm", "bk", "bn", "rm", "rn"), cfg))
     rng = np.random.default_rng()
     for i, (M, N, K) in enumerate(ODD):

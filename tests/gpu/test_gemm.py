@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tilegemm
-from tilegemm import autotune, registry, tuning
+from tilegemm import autotune, fastpath, registry, selection
 
 pytestmark = pytest.mark.gpu
 
@@ -21,23 +21,23 @@ N_CASES = 520
 # configs the property test also forces (config=...), besides the default selection
 CONFIGS = [
     None, None, None,
-    {**tuning.BIG, "splits": 3},
-    {**tuning.SMALL, "splits": 1},
-    {**tuning.MEDIUM, "splits": 2},
+    {**selection.BIG, "splits": 3},
+    {**selection.SMALL, "splits": 1},
+    {**selection.MEDIUM, "splits": 2},
     {"bm": 128, "bn": 256, "bk": 8, "tm": 8, "tn": 16, "ln": 4, "minb": 1, "swizzle": 8, "stages": 0, "splits": 1},
     {"bm": 32, "bn": 64, "bk": 16, "tm": 4, "tn": 8, "ln": 8, "minb": 0, "swizzle": 0, "splits": 4},
     # cp.async pipelines (stages >= 2): partial first tile, clamped edges, predicated copies
-    {**tuning.HUGE, "splits": 2},
+    {**selection.HUGE, "splits": 2},
     {"bm": 256, "bn": 128, "bk": 8, "tm": 8, "tn": 16, "ln": 4, "minb": 1, "swizzle": 8, "stages": 3, "splits": 1},
     {"bm": 64, "bn": 64, "bk": 16, "tm": 4, "tn": 4, "ln": 8, "minb": 4, "swizzle": 0, "stages": 2, "splits": 1},
     {"bm": 32, "bn": 64, "bk": 8, "tm": 4, "tn": 8, "ln": 8, "minb": 0, "swizzle": 4, "stages": 4, "splits": 3},
     # stream-K: blocks share tiles' k-iterations, partial sums handed over through the workspace
-    {**tuning.BIG, "splits": 1, "sk": 1},
+    {**selection.BIG, "splits": 1, "sk": 1},
     {**autotune.SK_SMALL, "splits": 1, "sk": 1},
-    {**tuning.SMALL, "splits": 1, "sk": 1},
+    {**selection.SMALL, "splits": 1, "sk": 1},
     # split-K summed in the kernel: the splits of a tile wait for one another, then share the sum
-    {**tuning.BIG, "splits": 3, "sk": 2},
-    {**tuning.MEDIUM, "splits": 2, "sk": 2},
+    {**selection.BIG, "splits": 3, "sk": 2},
+    {**selection.MEDIUM, "splits": 2, "sk": 2},
 ]
 
 
@@ -189,9 +189,9 @@ def test_large_batch_beyond_grid_z(cp):
 
 
 def test_shipped_table_loads_and_is_used(cp):
-    from tilegemm import runtime
+    from tilegemm import gpu
 
-    sel = tuning.selector(runtime.current_device())
+    sel = selection.selector(gpu.current_device())
     user, shipped = sel.tables()
     if not sel.table_path.exists():
         pytest.skip(f"no shipped table for {sel.props.name}")
@@ -207,16 +207,16 @@ def test_shipped_table_loads_and_is_used(cp):
 
 def test_tuner_picks_a_checked_config(cp, tmp_path, monkeypatch):
     monkeypatch.setenv("TILEGEMM_TUNE_DIR", str(tmp_path))
-    tuning._selectors.clear()
+    selection.reset()
     try:
-        res = autotune.tune_shape(0, "NN", 300, 200, 100, 1, top=4)
+        res = autotune.tune_shape(0, "NN", 300, 200, 100, 1, matmul=tilegemm.matmul, top=4)
         assert res["rel_err"] < TOL and res["tflops"] > 0
         assert len(list(tmp_path.glob("*.json"))) == 1
-        sel = tuning.selector(0)
+        sel = selection.selector(0)
         cfg, src = sel.source("NN", 300, 200, 100, 1)
         assert src == "tuned" and cfg == res["config"]
     finally:
-        tuning._selectors.clear()
+        selection.reset()
 
 
 def test_every_family_config_of_the_tuner_grid_compiles_and_is_correct_somewhere(cp):
@@ -235,7 +235,6 @@ def test_every_family_config_of_the_tuner_grid_compiles_and_is_correct_somewhere
 
 
 def test_repeat_calls_reuse_the_plan_and_stay_correct(cp):
-    from tilegemm import api
 
     rng = cp.random.default_rng()
     for _ in range(3):  # same metadata, new arrays: the memoised path
@@ -247,7 +246,7 @@ def test_repeat_calls_reuse_the_plan_and_stay_correct(cp):
         assert float(cp.linalg.norm(out - ref) / cp.linalg.norm(ref)) < TOL
         res = tilegemm.matmul(a, b)
         assert float(cp.linalg.norm(res - ref) / cp.linalg.norm(ref)) < TOL
-    assert api._fast
+    assert fastpath.size()
     buf = rng.standard_normal((70, 90), dtype=np.float32)
     with pytest.raises(ValueError, match="out overlaps a in memory"):  # the overlap test still runs
         tilegemm.matmul(buf[:, :50], b, out=buf)
@@ -256,11 +255,10 @@ def test_repeat_calls_reuse_the_plan_and_stay_correct(cp):
 def test_repeat_calls_with_a_config_use_their_own_memo_entry(cp):
     """The tuner times explicit configs through the memo: each config is its own entry, and a
     config that breaks a constraint still raises on every call."""
-    from tilegemm import api
     from tilegemm.errors import ConfigError
 
     rng = cp.random.default_rng()
-    cfgs = [dict(tuning.HUGE), dict(tuning.SMALL), {"stages": 2}]
+    cfgs = [dict(selection.HUGE), dict(selection.SMALL), {"stages": 2}]
     for _ in range(2):
         a = rng.standard_normal((300, 70), dtype=np.float32)
         b = rng.standard_normal((70, 130), dtype=np.float32)
@@ -269,19 +267,17 @@ def test_repeat_calls_with_a_config_use_their_own_memo_entry(cp):
             out = cp.full((300, 130), np.nan, np.float32)
             assert tilegemm.matmul(a, b, out=out, config=cfg) is out
             assert float(cp.linalg.norm(out - ref) / cp.linalg.norm(ref)) < TOL, cfg
-    keys = {k[-1]: e for k, e in api._fast.items()}
-    assert all(tuple(sorted(c.items())) in keys for c in cfgs)
+    ran = [e.program.config for e in fastpath.entries() if e.program is not None and e.shape == (300, 130)]
     # each entry launches its own config (not the tuned one)
     for c in cfgs[:2]:
-        e = keys[tuple(sorted(c.items()))]
-        assert e.direct is not None and dict(e.direct[-2]) == {k: v for k, v in c.items() if k != "splits"}
+        assert c in ran
     for _ in range(2):
         with pytest.raises(ConfigError):
             tilegemm.matmul(a, b, config={"stages": 9})
 
 
-@pytest.mark.parametrize("cfg", [{**tuning.BIG, "splits": 4}, {**tuning.BIG, "sk": 1},
-                                 {**tuning.BIG, "sk": 2, "splits": 3}])
+@pytest.mark.parametrize("cfg", [{**selection.BIG, "splits": 4}, {**selection.BIG, "sk": 1},
+                                 {**selection.BIG, "sk": 2, "splits": 3}])
 @pytest.mark.parametrize("shape", [(96, 260, 3000), (200, 130, 517), (33, 4, 4096)])
 def test_repeat_split_k_calls_take_the_direct_path(cp, shape, cfg):
     """Split-K, stream-K and sk = 2 through the memo's direct path (split-K: the GEMM into a
@@ -289,7 +285,6 @@ def test_repeat_split_k_calls_take_the_direct_path(cp, shape, cfg):
     queued back to back with fresh inputs and poisoned outputs, checked only afterwards: a kernel
     that did not wait for the one before it, or a workspace or flags handed to the next call too
     early, give a wrong or moving result."""
-    from tilegemm import api
 
     M, N, K = shape
     rng = cp.random.default_rng()
@@ -304,28 +299,21 @@ def test_repeat_split_k_calls_take_the_direct_path(cp, shape, cfg):
         ref = a.astype(np.float64) @ b.astype(np.float64)
         assert float(cp.linalg.norm(out - ref) / cp.linalg.norm(ref)) < TOL
         assert bool(cp.array_equal(out, res))
-    e = api._fast[next(k for k in api._fast if k[-1] == tuple(sorted(cfg.items())) and k[0][1] == (M, K))]
-    assert e.direct is not None and dict(e.direct[-2]).get("sk") == cfg.get("sk")
+    ran = [e.program.config for e in fastpath.entries() if e.program is not None and e.shape == (M, N)]
+    assert cfg in ran
 
 
 def test_results_with_and_without_pdl_agree(cp):
-    from tilegemm import api
 
     rng = cp.random.default_rng()
     a = rng.standard_normal((128, 2048), dtype=np.float32)
     b = rng.standard_normal((2048, 512), dtype=np.float32)
-    for cfg in ({**tuning.BIG, "splits": 8}, tuning.BIG, {**tuning.BIG, "sk": 1}):
-        outs = []
-        try:
-            for pdl in (True, False, True):
-                api.PDL_GEMM = api.PDL_REDUCE = pdl
-                outs.append(tilegemm.matmul(a, b, config=cfg))
-        finally:
-            api.PDL_GEMM = api.PDL_REDUCE = True
+    for cfg in ({**selection.BIG, "splits": 8}, selection.BIG, {**selection.BIG, "sk": 1}):
+        outs = [tilegemm.matmul(a, b, config=cfg, pdl=pdl) for pdl in (True, False, True)]
         assert bool(cp.array_equal(outs[0], outs[1])) and bool(cp.array_equal(outs[0], outs[2])), cfg
 
 
-@pytest.mark.parametrize("cfg", [{**tuning.BIG, "splits": 3}, tuning.BIG, tuning.SMALL, {**tuning.BIG, "sk": 2,
+@pytest.mark.parametrize("cfg", [{**selection.BIG, "splits": 3}, selection.BIG, selection.SMALL, {**selection.BIG, "sk": 2,
                                                                                       "splits": 2}])
 def test_chained_products_read_what_the_kernel_before_wrote(cp, cfg):
     """x <- x @ m, twenty times back to back, each product reading the one before it (or, now and
@@ -350,7 +338,7 @@ def test_split_k_on_a_torch_stream(cp):
     """The memo's split-K workspace is taken for the stream the launches go to (torch's current one)."""
     torch = pytest.importorskip("torch")
     s = torch.cuda.Stream()
-    cfg = {**tuning.BIG, "splits": 4}
+    cfg = {**selection.BIG, "splits": 4}
     with torch.cuda.stream(s):
         pairs = [(torch.randn(96, 3000, device="cuda"), torch.randn(3000, 260, device="cuda")) for _ in range(8)]
         outs = [tilegemm.matmul(a, b, config=cfg) for a, b in pairs]
@@ -382,22 +370,22 @@ def _free_bytes(cp) -> int:
 def test_huge_leading_dimension_uses_64_bit_offsets(cp, order):
     """A row-major A whose rows are 2^31 / 200 elements apart: a 256-row tile spans more than 2^31
     elements, so the cp.async kernels' 32-bit copy offsets would wrap; the planner must pick the
-    TG_OFF64 build (api.needs_wide_offsets).  No copy: A is a strided view of one large buffer."""
+    TG_OFF64 build (plan.needs_wide_offsets).  No copy: A is a strided view of one large buffer."""
     M, N, K = 300, 136, 24
     lda = 2**31 // 200
     nbytes = 4 * ((M - 1) * lda + K)
     if _free_bytes(cp) < nbytes + (1 << 30):
         pytest.skip("needs about 11 GB of free GPU memory")
-    from tilegemm import api
+    from tilegemm import plan
 
-    assert api.needs_wide_offsets(256, lda, N)
+    assert plan.needs_wide_offsets(256, lda, N)
     buf = cp.empty((M - 1) * lda + K, dtype=np.float32)
     a = cp.lib.stride_tricks.as_strided(buf, shape=(M, K), strides=(4 * lda, 4))
     rng = cp.random.default_rng()
     a[...] = rng.standard_normal((M, K), dtype=np.float32)
     b = rng.standard_normal((K, N), dtype=np.float32)
     a_host = cp.asnumpy(a)
-    for config in ({**tuning.HUGE, "splits": 1, "order": order}, {**tuning.BIG, "splits": 2, "order": order}):
+    for config in ({**selection.HUGE, "splits": 1, "order": order}, {**selection.BIG, "splits": 2, "order": order}):
         out = cp.full((M, N), np.nan, dtype=np.float32)
         tilegemm.matmul(a, b, out=out, config=config)
         ref = a_host.astype(np.float64) @ cp.asnumpy(b).astype(np.float64)
@@ -436,7 +424,7 @@ def test_split_k_into_a_padded_output_with_odd_n(cp, splits):
     b = rng.standard_normal((N, K), dtype=np.float32).T  # NT: column-major B
     buf = cp.full((M, 132), np.nan, dtype=np.float32)
     out = buf[:, :N]
-    cfg = {**tuning.BIG, "splits": splits}
+    cfg = {**selection.BIG, "splits": splits}
     tilegemm.matmul(a, b, out=out, config=cfg)
     ref = cp.asnumpy(a).astype(np.float64) @ cp.asnumpy(b).astype(np.float64)
     assert np.abs(cp.asnumpy(out) - ref).max() / np.abs(ref).max() < TOL
@@ -465,7 +453,7 @@ def _correct_and_repeatable(cp, cfg, shape, alpha, beta):
     assert float(cp.linalg.norm(g - gref) / cp.linalg.norm(gref)) < TOL
 
 
-@pytest.mark.parametrize("cfg", [{**tuning.BIG, "sk": 1}, {**tuning.HUGE, "sk": 1}, {**autotune.SK_SMALL, "sk": 1}])
+@pytest.mark.parametrize("cfg", [{**selection.BIG, "sk": 1}, {**selection.HUGE, "sk": 1}, {**autotune.SK_SMALL, "sk": 1}])
 @pytest.mark.parametrize("shape", [(3000, 1000, 500, 1), (33, 65, 40000, 1), (513, 255, 1031, 3), (1, 1, 1, 1)])
 def test_stream_k_is_correct_and_repeatable(cp, cfg, shape):
     """Stream-K at shapes where tiles are split among blocks (many partials per tile at long K,
@@ -476,7 +464,7 @@ def test_stream_k_is_correct_and_repeatable(cp, cfg, shape):
 
 def test_stream_k_on_two_streams_at_once(cp):
     """Each stream has its own hand-over flags: launches on two streams may overlap."""
-    cfg = {**tuning.BIG, "sk": 1}
+    cfg = {**selection.BIG, "sk": 1}
     rng = cp.random.default_rng()
     jobs = []
     for _ in range(2):
@@ -497,7 +485,7 @@ def test_stream_k_on_two_streams_at_once(cp):
         assert float(cp.linalg.norm(out - ref) / cp.linalg.norm(ref)) < TOL
 
 
-@pytest.mark.parametrize("cfg", [{**tuning.BIG, "splits": 4, "sk": 2}, {**autotune.SK_SMALL, "splits": 8, "sk": 2}])
+@pytest.mark.parametrize("cfg", [{**selection.BIG, "splits": 4, "sk": 2}, {**autotune.SK_SMALL, "splits": 8, "sk": 2}])
 @pytest.mark.parametrize("shape", [(128, 4096, 4096, 1), (2000, 2000, 1000, 1), (300, 129, 777, 3), (5, 7, 9, 1)])
 def test_split_k_summed_in_the_kernel(cp, cfg, shape):
     """sk = 2 against float64 and against itself (bit-identical repeats), with alpha/beta; at

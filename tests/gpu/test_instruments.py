@@ -3,8 +3,8 @@ configs); the peak and bandwidth probes return sane numbers."""
 
 import pytest
 
-from tilegemm import autotune, registry, runtime
-from tilegemm.instruments import occupancy, probe
+from tilegemm import autotune, gpu, occupancy, registry
+from tilegemm.instruments import probe
 
 pytestmark = pytest.mark.gpu
 
@@ -15,20 +15,20 @@ def _ours(spec, params, resources, limits):
 
 
 def _limits():
-    return registry.Limits.from_props(runtime.device_properties())
+    return occupancy.Limits.from_props(gpu.device_properties())
 
 
 @pytest.mark.parametrize("name", sorted(registry.RUNGS) + ["gemm"])
 def test_occupancy_matches_driver_for_every_rung(cp, name):
     spec, limits = registry.get(name), _limits()
     params = spec.params()
-    res = spec.compile(params, arch=runtime.device_properties().arch).resources
+    res = spec.compile(params, arch=gpu.device_properties().arch).resources
     assert _ours(spec, params, res, limits) == probe.driver_occupancy(spec, params)
 
 
 def test_occupancy_matches_driver_for_tuner_configs(cp):
     limits = _limits()
-    arch = runtime.device_properties().arch
+    arch = gpu.device_properties().arch
     cfgs = autotune.enumerate_configs(limits)
     step = max(1, len(cfgs) // 60)
     sample = cfgs[::step][:60]
@@ -49,3 +49,8 @@ def test_bandwidth_probe_is_plausible(cp):
     dram = probe.bandwidth(256 << 20, 1)
     l2 = probe.bandwidth(8 << 20, 16)
     assert 100 < dram < 20000 and dram < l2 < 100000
+
+
+def test_fp32_peak_is_plausible(cp):
+    peak = probe.fp32_peak(iters=1024)
+    assert 1 < peak < 1000  # TFLOPS

@@ -8,20 +8,28 @@ shipped measured peaks.  With a GPU, the driver's occupancy and a timed run besi
 
 from __future__ import annotations
 
-from .. import compiler, registry, runtime
-from . import occupancy, patterns, roofline, sass
+from .. import compiler, gpu as _gpu, occupancy, registry
+from . import patterns, roofline, sass
 
 
 def build(name: str, config: dict | None = None, shape=(4096, 4096, 4096), layout: str = "NN",
           arch: str | None = None, gpu: str | None = None, measure: bool | None = None) -> dict:
-    """The report as plain data (tests and ``--json`` use it; ``render`` prints it)."""
+    """The report as plain data (tests and ``--json`` use it; ``render`` prints it).  Everything
+    given is checked before anything is compiled or measured."""
     spec = registry.get(name)
     params = spec.params(config)
-    have_gpu = runtime.have_gpu()
-    props = runtime.device_properties() if have_gpu else None
+    if len(shape) != 3 or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in shape):
+        raise ValueError(f"shape {tuple(shape)} is not three positive integers M, N, K")
+    if layout not in registry.LAYOUTS:
+        raise ValueError(f"layout must be one of {registry.LAYOUTS}, got {layout!r}")
+    have_gpu = _gpu.have_gpu()
+    props = _gpu.device_properties() if have_gpu else None
     arch = compiler.normalize_arch(arch or (props.arch if props else "sm_90"))
     queried = bool(props and props.arch == arch)
-    limits = registry.Limits.from_props(props) if queried else registry.Limits.for_arch(arch)
+    limits = occupancy.Limits.from_props(props) if queried else occupancy.Limits.for_arch(arch)
+    spec.check(params, limits)
+    if gpu is not None:
+        roofline.peaks_for(gpu)  # an unknown GPU name raises here, before the compile
     compiled = spec.compile(spec.compiled_params(params), layout=layout, arch=arch)
     res = compiled.resources
     M, N, K = shape
@@ -29,7 +37,7 @@ def build(name: str, config: dict | None = None, shape=(4096, 4096, 4096), layou
     dyn = spec.smem(params)
     occ = occupancy.occupancy(threads, res.registers, res.shared_bytes + dyn, limits)
     report = {
-        "kernel": spec.name, "summary": spec.summary, "seed": spec.seed, "params": params,
+        "kernel": spec.name, "summary": spec.summary, "source": spec.source, "params": params,
         "layout": layout, "arch": arch, "shape": [M, N, K],
         "resources": {"threads": threads, "tile": list(spec.tile(params)), "registers": res.registers,
                       "static_smem": res.shared_bytes, "dynamic_smem": dyn,
@@ -41,9 +49,9 @@ def build(name: str, config: dict | None = None, shape=(4096, 4096, 4096), layou
     report["banks"] = [
         {"access": s.access.name, "op": s.access.op, "width_bits": 8 * s.access.width,
          "requests_per_block": s.requests,
-         "seed_per_request": s.per_request, "hopper_per_request": h.per_request,
+         "classic_per_request": s.per_request, "hopper_per_request": h.per_request,
          "hopper_ideal_per_request": h.ideal / max(1, h.requests)}
-        for s, h in zip(patterns.predict(name, params, K, layout, "seed"),
+        for s, h in zip(patterns.predict(name, params, K, layout, "classic"),
                         patterns.predict(name, params, K, layout, "hopper"))
     ]
     listing = sass.disassemble(compiled.cubin)
@@ -72,7 +80,7 @@ def build(name: str, config: dict | None = None, shape=(4096, 4096, 4096), layou
 
 
 def _measure(spec, name, params, M, N, K, layout, peaks) -> dict:
-    from .. import bench
+    from .. import bench  # the bench (above the library) measures; the report itself needs no GPU
     from . import probe
 
     rows = bench.measure([(name, params)], M, N, K, layout)
@@ -89,9 +97,9 @@ def render(report: dict, console) -> None:
     r, res, occ = report, report["resources"], report["occupancy"]
     M, N, K = r["shape"]
     console.rule(f"[bold]{r['kernel']}[/bold] on {M}x{N}x{K} ({r['layout']}), compiled for {r['arch']}")
-    console.print(f"{r['summary']}  [dim](seed: {r['seed']})[/dim]")
+    console.print(f"{r['summary']}  [dim](follows: {r['source']}; docs/sources.md)[/dim]")
     console.print(f"params {r['params']}")
-    t = Table(title="Resources and occupancy (seed 004 §4.7)")
+    t = Table(title="Resources and occupancy (Memory and data locality §4.7)")
     for c in ("threads", "tile", "registers", "smem B (static+dyn)", "spills B", "blocks/SM", "warps/SM", "limited by"):
         t.add_column(c)
     t.add_row(str(res["threads"]), "x".join(map(str, res["tile"])), str(res["registers"]),
@@ -101,12 +109,13 @@ def render(report: dict, console) -> None:
     console.print("  blocks each resource allows: " + ", ".join(f"{k} {v}" for k, v in occ["by"].items())
                   + f"  [dim]({occ['limits']})[/dim]")
     if r["banks"]:
-        t = Table(title="Shared memory: wavefronts per warp-wide access (seed 002 §5.1; refined model: measured on Hopper)")
-        for c in ("access", "op", "bits", "requests/block", "seed model", "Hopper model", "conflict-free"):
+        t = Table(title="Shared memory: wavefronts per warp-wide access (GEMM illustrated §5.1; refined model: "
+                  "measured on Hopper)")
+        for c in ("access", "op", "bits", "requests/block", "classic model", "Hopper model", "conflict-free"):
             t.add_column(c)
         for b in r["banks"]:
             t.add_row(b["access"], b["op"], str(b["width_bits"]), str(b["requests_per_block"]),
-                      f"{b['seed_per_request']:.2f}", f"{b['hopper_per_request']:.2f}",
+                      f"{b['classic_per_request']:.2f}", f"{b['hopper_per_request']:.2f}",
                       f"{b['hopper_ideal_per_request']:.2f}")
         console.print(t)
     s = r["sass"]
@@ -124,7 +133,7 @@ def render(report: dict, console) -> None:
                   f"per cycle per scheduler); with the \"hopper\" bank model ({s['hopper_bank_conflicts']} "
                   f"stalls, fitted to H100 timings): [bold]{100 * s['hopper_issue_ceiling']:.1f}%[/bold]")
     rf = r["roofline"]
-    t = Table(title=f"Roofline (seed 004 §4.1-4.2), peaks measured on {rf['gpu']}")
+    t = Table(title=f"Roofline (Memory and data locality §4.1-4.2), peaks measured on {rf['gpu']}")
     for c in ("GFLOP", "min MB", "FLOP/B", "tile FLOP/B", "compute floor us", "DRAM floor us", "L2 floor us", "bound", "attainable TFLOPS"):
         t.add_column(c)
     t.add_row(f"{rf['flops'] / 1e9:.1f}", f"{rf['min_bytes'] / 1e6:.1f}", f"{rf['intensity']:.1f}",

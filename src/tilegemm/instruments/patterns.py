@@ -1,4 +1,4 @@
-"""The shared-memory accesses each kernel makes, declared as addresses per thread (seed 002 §5).
+"""The shared-memory accesses each kernel makes, declared as addresses per thread (GEMM illustrated §5).
 
 Every rung (and the family, for any config) declares its warp-wide shared loads and stores: the
 byte address each thread touches as a function of its thread index, the access width, and how
@@ -153,7 +153,7 @@ def _rung3(p, layout):
     ]
 
 
-def _seed_map(bm, bn, bk, rm, rn, layout, threads):
+def _blocked_map(bm, bn, bk, rm, rn, layout, threads):
     """Rungs 4-5: thread (ty, tx) = (tid / (bn/rn), tid % (bn/rn)) owns rows ty*rm.., cols tx*rn..;
     As[k][bm], Bs[k][bn], no padding (rung 5: two buffers)."""
     cols = bn // rn
@@ -163,12 +163,12 @@ def _seed_map(bm, bn, bk, rm, rn, layout, threads):
 
 
 def _rung4(p, layout):
-    return _seed_map(128, 128, 8, 8, 8, layout, 256)
+    return _blocked_map(128, 128, 8, 8, 8, layout, 256)
 
 
 def _rung5(p, layout):
     threads = (p["bm"] // p["rm"]) * (p["bn"] // p["rn"])
-    return _seed_map(p["bm"], p["bn"], p["bk"], p["rm"], p["rn"], layout, threads)
+    return _blocked_map(p["bm"], p["bn"], p["bk"], p["rm"], p["rn"], layout, threads)
 
 
 def _warp_map(bm, bn, bk, tm, tn, ln, layout, staged, stages=0):
@@ -229,7 +229,7 @@ class AccessPrediction:
 
 
 def predict(name: str, params: dict | None = None, K: int = 1024, layout: str = "NN",
-            model: str = "seed") -> list[AccessPrediction]:
+            model: str = "classic") -> list[AccessPrediction]:
     """Per declared access: requests and wavefronts for one block at depth K."""
     spec = registry.get(name)
     p = spec.params(params)
@@ -245,7 +245,7 @@ def predict(name: str, params: dict | None = None, K: int = 1024, layout: str = 
 
 
 def launch_totals(name: str, M: int, N: int, K: int, params: dict | None = None,
-                  layout: str = "NN", model: str = "seed") -> dict:
+                  layout: str = "NN", model: str = "classic") -> dict:
     """Whole-launch totals for a shape the tile divides: what ncu's counters sum to."""
     spec = registry.get(name)
     p = spec.params(params)

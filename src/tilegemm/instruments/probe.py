@@ -1,9 +1,9 @@
 """GPU-side measurements behind the instruments: driver occupancy, bank-probe launches for Nsight
-Compute, one-shot kernel launches for ncu, memory bandwidth, and the check of predicted against
-measured bank conflicts.
+Compute, one-shot kernel launches for ncu, the FP32 FFMA peak and memory bandwidth, and the check of
+predicted against measured bank conflicts.  The probe kernels are in instruments/kernels/.
 
     python -m tilegemm.instruments.probe banks CASES.json      # one bank_probe launch per case
-    python -m tilegemm.instruments.probe launch NAME M N K [--config k=v,..] [--layout NN]
+    python -m tilegemm.instruments.probe launch NAME MxNxK [--config k=v,..] [--layout NN]
     python -m tilegemm.instruments.probe peaks OUT.json        # FP32 FFMA peak, DRAM and L2 bandwidth
     python -m tilegemm.instruments.probe cases OUT.json        # the probe cases (no GPU needed)
     python -m tilegemm.instruments.probe compare CASES.json PROBE.csv RUNGS_DIR OUT.json
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import datetime
 import json
 import random
 import sys
@@ -20,8 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import compiler, runtime
+from .. import compiler, gpu, results, runtime, timing
+from ..parsing import parse_config, parse_shape
 from . import banks, patterns
+
+PROBE_KERNELS = Path(__file__).resolve().parent / "kernels"
 
 NCU_METRICS = (
     "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
@@ -38,18 +42,16 @@ KERNEL_SHAPE = (1024, 1024, 1024)
 
 def driver_occupancy(spec, params: dict, layout: str = "NN", device: int | None = None) -> int:
     """Blocks per SM from cuOccupancyMaxActiveBlocksPerMultiprocessor for a compiled kernel."""
-    from cuda.bindings import driver as cu
+    compiled = spec.compile(params, layout=layout, arch=gpu.device_properties(device).arch)
+    p = spec.params(params)
+    return runtime.load(compiled, device).max_active_blocks(spec.threads(p), spec.smem(p))
 
-    compiled = spec.compile(params, layout=layout, arch=runtime.device_properties(device).arch)
-    k = runtime.load(compiled, device)
-    smem = spec.smem(spec.params(params))
-    if smem:
-        k._allow_smem(smem)
-    err, blocks = cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(
-        cu.CUfunction(k._fn.ptr), spec.threads(spec.params(params)), smem)
-    if err != cu.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"cuOccupancyMaxActiveBlocksPerMultiprocessor failed: {err}")
-    return int(blocks)
+
+def _probe_kernel(name: str, defines: dict | None = None):
+    """A probe kernel of instruments/kernels/ compiled for and loaded on the current GPU."""
+    path = PROBE_KERNELS / f"{name}.cu"
+    return runtime.load(compiler.compile_file(str(path), entry=name, defines=defines,
+                                              arch=gpu.device_properties().arch))
 
 
 # --------------------------------------------------------------------------- bank probe cases
@@ -61,17 +63,18 @@ def _case(name, width, addrs, store=False):
 
 
 def probe_cases(n_random: int = 12, seed: int = 7) -> list[dict]:
-    """Seed 002's worked cases, each declared rung access (warp 0), and random patterns."""
+    """GEMM illustrated's worked cases (§5.1), each declared kernel access (warp 0), and random
+    patterns."""
     L = range(32)
     c = [
         _case("LDS.32 linear", 4, [4 * i for i in L]),
         _case("LDS.32 one address (broadcast)", 4, [0] * 32),
-        _case("LDS.32 two lanes, one bank, two rows (seed 2-way)", 4, [128 if i == 1 else 4 * i for i in L]),
+        _case("LDS.32 two lanes, one bank, two rows (worked case: 2-way)", 4, [128 if i == 1 else 4 * i for i in L]),
         _case("LDS.32 stride 2 words", 4, [8 * i for i in L]),
         _case("LDS.32 stride 32 words", 4, [128 * i for i in L]),
         _case("LDS.32 half warps read the same words", 4, [4 * (i % 16) for i in L]),
         _case("LDS.64 linear", 8, [8 * i for i in L]),
-        _case("LDS.64 lanes 0,1 conflict (seed: 3 transactions)", 8, [256 if i == 1 else 8 * i for i in L]),
+        _case("LDS.64 lanes 0,1 conflict (worked case: 3 transactions)", 8, [256 if i == 1 else 8 * i for i in L]),
         _case("LDS.64 one address", 8, [0] * 32),
         _case("LDS.64 half warps read the same words", 8, [8 * (i % 16) for i in L]),
         _case("LDS.64 stride 2", 8, [16 * i for i in L]),
@@ -79,7 +82,7 @@ def probe_cases(n_random: int = 12, seed: int = 7) -> list[dict]:
         _case("LDS.128 one address", 16, [0] * 32),
         _case("LDS.128 quarter warps read the same words", 16, [16 * (i % 8) for i in L]),
         _case("LDS.128 half warps read the same words", 16, [16 * (i % 16) for i in L]),
-        _case("LDS.128 2x16 warp reading B (seed: 2-way per quarter)", 16, [32 * (i % 16) for i in L]),
+        _case("LDS.128 2x16 warp reading B (worked case: 2-way per quarter)", 16, [32 * (i % 16) for i in L]),
         _case("LDS.128 4x8 warp, A fragment (4x4 patches)", 16, [16 * (i // 8) for i in L]),
         _case("LDS.128 4x8 warp, B fragment (4x4 patches)", 16, [16 * (i % 8) for i in L]),
         _case("LDS.128 stride 2", 16, [32 * i for i in L]),
@@ -124,24 +127,21 @@ def probe_cases(n_random: int = 12, seed: int = 7) -> list[dict]:
 
 def run_bank_probes(cases: list[dict]) -> None:
     """Launch bank_probe once per case, in order (ncu then reports one result per launch)."""
-    cupy = runtime._cupy()
-    arch = runtime.device_properties().arch
+    cupy = gpu.cupy()
     out = cupy.empty(32, dtype=np.float32)
     for case in cases:
-        k = compiler.compile_file("bank_probe.cu", entry="bank_probe", arch=arch,
-                                  defines={"WIDTH": case["width"], "STORE": int(case["store"])})
-        fn = runtime.load(k)
+        fn = _probe_kernel("bank_probe", {"WIDTH": case["width"], "STORE": int(case["store"])})
         offs = cupy.asarray(np.array(case["addrs"], dtype=np.int32))
-        fn((1, 1, 1), (32, 1, 1), (offs, out))
+        fn.launch((1, 1, 1), (32, 1, 1), ("ptr", "ptr"), (offs.data.ptr, out.data.ptr))
     cupy.cuda.Device().synchronize()
 
 
 def launch_once(name: str, M: int, N: int, K: int, config: dict | None = None, layout: str = "NN") -> None:
     """Launch kernel ``name`` once on random inputs (ncu: profile with ``-c 1``)."""
-    from .. import api, bench
+    from .. import api
 
-    cupy = runtime._cupy()
-    a, b = bench.make_operands(M, N, K, layout)
+    cupy = gpu.cupy()
+    a, b = timing.operands(M, N, K, layout)
     out = cupy.empty((M, N), dtype=np.float32)
     api.matmul(a, b, out=out, kernel=name, config=config)
     cupy.cuda.Device().synchronize()
@@ -150,37 +150,56 @@ def launch_once(name: str, M: int, N: int, K: int, config: dict | None = None, l
 # --------------------------------------------------------------------------- peaks
 
 
+def _median_ms(launch, reps: int, skip: int = 0) -> float:
+    cupy = gpu.cupy()
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    times = []
+    for rep in range(reps):
+        start.record()
+        launch()
+        end.record()
+        end.synchronize()
+        if rep >= skip:
+            times.append(cupy.cuda.get_elapsed_time(start, end))
+    return float(np.median(times))
+
+
+def fp32_peak(iters: int = 8192, chains: int = 16) -> float:
+    """FFMA throughput in TFLOPS: the median of several launches of a chain-free FFMA kernel."""
+    cupy = gpu.cupy()
+    props = gpu.device_properties()
+    fn = _probe_kernel("fp32_peak", {"CHAINS": chains})
+    threads, blocks = 256, props.sms * (props.max_threads_per_sm // 256) * 4
+    out = cupy.empty(threads * blocks, dtype=np.float32)
+    args = (out.data.ptr, iters, 0.999999, 1e-7)
+    ms = _median_ms(lambda: fn.launch((blocks, 1, 1), (threads, 1, 1), ("ptr", "int", "float", "float"), args),
+                    7, skip=1)
+    if not np.isfinite(out[:8].get()).all():
+        raise RuntimeError("the FFMA peak kernel produced non-finite values")
+    return 2.0 * chains * iters * threads * blocks / ms / 1e9
+
+
 def bandwidth(nbytes: int, reps: int) -> float:
     """Read bandwidth in GB/s over a buffer of ``nbytes`` read ``reps`` times (median of 5)."""
-    cupy = runtime._cupy()
-    props = runtime.device_properties()
-    fn = runtime.load(compiler.compile_file("bw_probe.cu", entry="bw_probe", arch=props.arch))
+    cupy = gpu.cupy()
+    props = gpu.device_properties()
+    fn = _probe_kernel("bw_probe")
     buf = cupy.random.standard_normal(nbytes // 4, dtype=np.float32)
     out = cupy.empty(1, dtype=np.float32)
     blocks = props.sms * (props.max_threads_per_sm // 256)
-    args = (buf, np.int64(nbytes // 16), np.int32(reps), out)
-    fn((blocks, 1, 1), (256, 1, 1), args)  # warm-up (and L2 fill for the small buffer)
-    start, end = cupy.cuda.Event(), cupy.cuda.Event()
-    times = []
-    for _ in range(5):
-        start.record()
-        fn((blocks, 1, 1), (256, 1, 1), args)
-        end.record()
-        end.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, end))
-    return nbytes * reps / float(np.median(times)) / 1e6
+
+    def launch():
+        fn.launch((blocks, 1, 1), (256, 1, 1), ("ptr", "long long", "int", "ptr"),
+                  (buf.data.ptr, nbytes // 16, reps, out.data.ptr))
+
+    launch()  # warm-up (and L2 fill for the small buffer)
+    return nbytes * reps / _median_ms(launch, 5) / 1e6
 
 
 def measure_peaks() -> dict:
-    from .. import bench, ladder
-
-    env = bench.environment()
-    return {
-        "schema": bench.SCHEMA, "kind": "peaks", "date": _today(), **env,
-        "fp32_tflops": ladder.measure_fp32_peak(),
-        "dram_gbs": bandwidth(2 << 30, 1),
-        "l2_gbs": bandwidth(16 << 20, 64),
-    }
+    return {"schema": results.SCHEMA, "kind": "peaks", "command": results.command(), "commit": results.commit(),
+            "date": _today(), **results.environment(),
+            "fp32_tflops": fp32_peak(), "dram_gbs": bandwidth(2 << 30, 1), "l2_gbs": bandwidth(16 << 20, 64)}
 
 
 # --------------------------------------------------------------------------- predicted vs measured
@@ -235,8 +254,6 @@ def compare(cases: list[dict], probe_rows: list[dict], kernel_rows: dict[str, di
 
 
 def _today() -> str:
-    import datetime
-
     return datetime.date.today().isoformat()
 
 
@@ -245,9 +262,8 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("cases"); p.add_argument("out")
     p = sub.add_parser("banks"); p.add_argument("cases")
-    p = sub.add_parser("launch"); p.add_argument("name"); p.add_argument("M", type=int)
-    p.add_argument("N", type=int); p.add_argument("K", type=int)
-    p.add_argument("--config"); p.add_argument("--layout", default="NN")
+    p = sub.add_parser("launch"); p.add_argument("name"); p.add_argument("shape", type=parse_shape)
+    p.add_argument("--config", type=parse_config); p.add_argument("--layout", default="NN")
     p = sub.add_parser("peaks"); p.add_argument("out")
     p = sub.add_parser("compare"); p.add_argument("cases"); p.add_argument("probe_csv")
     p.add_argument("kernel_dir"); p.add_argument("out")
@@ -257,9 +273,8 @@ def main(argv=None) -> int:
     elif a.cmd == "banks":
         run_bank_probes(json.loads(Path(a.cases).read_text()))
     elif a.cmd == "launch":
-        from ..cli import parse_config
-
-        launch_once(a.name, a.M, a.N, a.K, parse_config(a.config), a.layout)
+        M, N, K, _ = a.shape
+        launch_once(a.name, M, N, K, a.config, a.layout)
     elif a.cmd == "peaks":
         Path(a.out).write_text(json.dumps(measure_peaks(), indent=1) + "\n")
     elif a.cmd == "compare":
@@ -269,10 +284,9 @@ def main(argv=None) -> int:
             rows = read_ncu_csv(f)
             if rows:
                 kernel_rows[f.stem] = rows[-1]
-        from .. import bench
-
-        env = bench.environment() if runtime.have_gpu() else {}
-        doc = {"schema": bench.SCHEMA, "kind": "banks", "date": _today(), **env,
+        env = results.environment() if gpu.have_gpu() else {}
+        doc = {"schema": results.SCHEMA, "kind": "banks", "command": results.command(), "commit": results.commit(),
+               "date": _today(), **env,
                **compare(cases, read_ncu_csv(a.probe_csv), kernel_rows)}
         Path(a.out).write_text(json.dumps(doc, indent=1) + "\n")
     return 0

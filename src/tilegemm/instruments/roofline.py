@@ -1,10 +1,10 @@
-"""Roofline (seed 004 §4.1-4.2): FLOPs, bytes and arithmetic intensity of a GEMM and of a block
+"""Roofline (Memory and data locality §4.1-4.2): FLOPs, bytes and arithmetic intensity of a GEMM and of a block
 tile, the compute and bandwidth floors from measured peaks, and a plot of the ladder against them.
 
 Two intensities:
 - the shape's: 2MNK FLOPs over the bytes a GEMM must move at least (read A and B once, write C:
   4(MK + KN + MN), plus 4MN when C is read for beta);
-- the tile's (the seed's compute-to-global-memory-access ratio): a block of bm x bn outputs loads
+- the tile's (the textbook's compute-to-global-memory-access ratio): a block of bm x bn outputs loads
   (bm + bn) floats per k for 2 bm bn FLOPs, so bm bn / (2 (bm + bn)) FLOP per byte of loads issued
   to the memory system (L2); the naive rung loads both operands per FMA: 2 / 8 = 0.25.
 Peaks come from the shipped table (``instruments/peaks.json``, measured by ``probe peaks``) or a dict.
@@ -38,7 +38,7 @@ def peaks_for(gpu: str | None = None) -> tuple[str, dict]:
 
 
 def tile_intensity(name: str, params: dict | None = None) -> float:
-    """FLOPs per byte of global loads a kernel issues (the seed's compute-to-memory ratio)."""
+    """FLOPs per byte of global loads a kernel issues (the textbook's compute-to-memory ratio)."""
     if name == "01_naive":
         return 0.25
     spec = registry.get(name)

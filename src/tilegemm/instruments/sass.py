@@ -185,7 +185,7 @@ def _sources(ins: Instr) -> list[tuple[int, int | None, bool]]:
 #   Scarpazza, "Dissecting the NVIDIA Volta GPU Architecture via Microbenchmarking" (2018) §3, and
 #   the same authors' Turing report (2019); no newer measurement is public, so sm_80 and sm_90 are
 #   assumed to follow it (an estimate, not a measurement).
-# "maxwell": seed 003 (maxas): four banks, bank = R % 4; every second read from one bank costs a
+# "maxwell": the maxas article: four banks, bank = R % 4; every second read from one bank costs a
 #   cycle.
 # "hopper": two banks (R % 2) as in "volta", but two non-reused source reads from one bank
 #   already cost a cycle.  Fitted to H100 timings of rung 8's variants (docs/perf-notes.md, "the

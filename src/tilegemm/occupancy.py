@@ -1,4 +1,5 @@
-"""Theoretical occupancy (seed 004 §4.7): how many blocks fit on one SM, and what limits them.
+"""Theoretical occupancy (Memory and data locality §4.7): how many blocks fit on one SM, and what
+limits them; and the per-device limits behind it.
 
 Each resource alone allows some number of resident blocks; the smallest wins:
 - threads: max threads per SM // threads per block (rounded up to whole warps);
@@ -8,20 +9,66 @@ Each resource alone allows some number of resident blocks; the smallest wins:
 - shared memory: each block takes its static + dynamic bytes rounded up to ``smem_alloc_unit``
   plus ``smem_reserved`` bytes the system keeps per block;
 - blocks: the hardware cap on resident blocks per SM.
-The allocation rules come from ``Limits`` (queried on a GPU, or per compute capability); seed
-004's "device D" uses exact allocation (``SEED004_DEVICE_D``).  The GPU tests check the result
-against the driver's ``cuOccupancyMaxActiveBlocksPerMultiprocessor``.
+The allocation rules come from ``Limits`` (queried on a GPU, or per compute capability); the
+textbook's "device D" uses exact allocation (``TEXTBOOK_DEVICE_D``).  The GPU tests check the
+result against the driver's ``cuOccupancyMaxActiveBlocksPerMultiprocessor``.  The kernel
+constraints (registry), the tuner, the selection model and the instruments all use this module.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..registry import Limits
+from .compiler import normalize_arch
 
-# Seed 004 §4.7's device D: 1536 threads, 16384 registers and 16 KB of shared memory per SM, at
-# most 8 blocks per SM, every resource given out exactly (no allocation units, nothing reserved).
-SEED004_DEVICE_D = Limits(
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-device limits the constraints need; from the device query, or a table by arch."""
+
+    smem_per_block_optin: int
+    smem_per_sm: int
+    regs_per_sm: int
+    max_threads_per_block: int = 1024
+    max_threads_per_sm: int = 2048
+    max_blocks_per_sm: int = 32
+    # allocation rules of sm_80 .. sm_90
+    reg_alloc_unit: int = 256  # registers are given to a warp in units of this many
+    reg_partitions: int = 4  # the register file is split over this many SM sub-partitions
+    smem_alloc_unit: int = 128  # shared memory is given to a block in units of this many bytes
+    smem_reserved: int = 1024  # bytes the system reserves per resident block
+
+    @classmethod
+    def for_arch(cls, arch: str) -> "Limits":
+        base = normalize_arch(arch).rstrip("af")
+        # newer archs get the sm_90 table, the closest we have measured
+        return _ARCH_LIMITS.get(base, _ARCH_LIMITS["sm_90"])
+
+    @classmethod
+    def from_props(cls, props) -> "Limits":
+        return cls(
+            smem_per_block_optin=props.smem_per_block_optin,
+            smem_per_sm=props.smem_per_sm,
+            regs_per_sm=props.regs_per_sm,
+            max_threads_per_block=props.max_threads_per_block,
+            max_threads_per_sm=props.max_threads_per_sm,
+            max_blocks_per_sm=props.max_blocks_per_sm,
+            smem_reserved=getattr(props, "smem_reserved", 1024),
+        )
+
+
+# CUDA C Programming Guide, "Technical Specifications per Compute Capability".
+_ARCH_LIMITS = {
+    "sm_80": Limits(163 * 1024, 164 * 1024, 65536, 1024, 2048, 32),
+    "sm_86": Limits(99 * 1024, 100 * 1024, 65536, 1024, 1536, 16),
+    "sm_89": Limits(99 * 1024, 100 * 1024, 65536, 1024, 1536, 24),
+    "sm_90": Limits(227 * 1024, 228 * 1024, 65536, 1024, 2048, 32),
+}
+
+# Memory and data locality §4.7's device D: 1536 threads, 16384 registers and 16 KB of shared memory
+# per SM, at most 8 blocks per SM, every resource given out exactly (no allocation units, nothing
+# reserved).
+TEXTBOOK_DEVICE_D = Limits(
     smem_per_block_optin=16 * 1024, smem_per_sm=16 * 1024, regs_per_sm=16384,
     max_threads_per_block=512, max_threads_per_sm=1536, max_blocks_per_sm=8,
     reg_alloc_unit=1, reg_partitions=1, smem_alloc_unit=1, smem_reserved=0,

@@ -1,4 +1,5 @@
-"""Which config of the kernel family runs a given shape: tuned tables, a persistent cache, a heuristic.
+"""Which config of the kernel family runs a given shape: the user's tuning cache, the shipped table,
+a heuristic.
 
 Lookup, first hit wins, memoised per process so that after the first call for a shape the call
 path does no file I/O:
@@ -7,7 +8,8 @@ path does no file I/O:
 2. the table shipped in the package for this GPU name (``tilegemm/tables/<gpu>.json``);
 3. the heuristic below (any GPU).
 Within a table, a shape matches an entry of its layout and shape bucket: M, N, K and the batch
-count each rounded to the nearest power of two.
+count each rounded to the nearest power of two.  This module measures nothing and tunes nothing:
+the tuner (autotune.py) writes the cache through ``record``.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ import threading
 import warnings
 from pathlib import Path
 
-from . import registry
+from . import compiler, folders, gpu, registry
 from ._version import __version__
+from .occupancy import Limits
 
 TABLE_DIR = Path(__file__).parent / "tables"
 SCHEMA = 1
@@ -79,10 +82,12 @@ def _slug(name: str) -> str:
 
 
 def cache_dir() -> Path:
-    from .compiler import cache_dir as compile_cache_dir
+    return folders.tuning_dir()
 
-    env = os.environ.get("TILEGEMM_TUNE_DIR")
-    return Path(env) if env else Path(compile_cache_dir()) / "tuning"
+
+def check_writable(folder: Path | None = None) -> Path:
+    """The tuning cache's folder, created if need be; a one-line OSError where it cannot be written."""
+    return folders.writable(folder or cache_dir(), "set TILEGEMM_TUNE_DIR to a writable folder")
 
 
 def cache_key(props, driver: str, nvrtc: str) -> str:
@@ -90,7 +95,7 @@ def cache_key(props, driver: str, nvrtc: str) -> str:
     return _slug(f"{props.name}-sm{props.major}{props.minor}-drv{driver}-nvrtc{nvrtc}-tg{__version__}")
 
 
-def _entry_key(layout: str, b: tuple) -> str:
+def entry_key(layout: str, b: tuple) -> str:
     return f"{layout}:{'x'.join(map(str, b))}"
 
 
@@ -147,7 +152,7 @@ def lookup_with_layout(entries: dict, layout: str, M: int, N: int, K: int, count
     """(config, the layout it was tuned for) or None."""
     b = bucket(M, N, K, count)
     for lay in (layout, "NN"):
-        e = entries.get(_entry_key(lay, b))
+        e = entries.get(entry_key(lay, b))
         if e:
             return dict(e["config"]), lay
     return None
@@ -170,7 +175,7 @@ class Selector:
         self.table_path = TABLE_DIR / (_slug(props.name) + ".json")
         self._user = None
         self._shipped = None
-        self._memo: dict[tuple, dict] = {}
+        self._memo: dict[tuple, tuple] = {}
         self._lock = threading.Lock()
 
     def tables(self) -> tuple[dict, dict]:
@@ -180,8 +185,9 @@ class Selector:
         return self._user, self._shipped
 
     def source(self, layout, M, N, K, count) -> tuple[dict, str]:
+        """(config, where it came from: "tuned", "shipped" or "heuristic"), not memoised."""
         user, shipped = self.tables()
-        limits = registry.Limits.from_props(self.props)
+        limits = Limits.from_props(self.props)
         for name, entries in (("tuned", user), ("shipped", shipped)):
             found = lookup_with_layout(entries, layout, M, N, K, count)
             if found is None or check_config(found[0], limits):
@@ -192,19 +198,21 @@ class Selector:
             return cfg, name
         return heuristic(M, N, K, count, self.props.sms, getattr(self.props, "l2_bytes", 0) or (50 << 20)), "heuristic"
 
-    def __call__(self, layout, M, N, K, count) -> dict:
+    def __call__(self, layout, M, N, K, count) -> tuple[dict, str]:
         key = (layout, M, N, K, count)
-        cfg = self._memo.get(key)
-        if cfg is None:
+        found = self._memo.get(key)
+        if found is None:
             with self._lock:
-                cfg, src = self.source(layout, M, N, K, count)
-                if src == "heuristic" and os.environ.get("TILEGEMM_AUTOTUNE") == "1":
-                    from . import autotune
+                found = self._memo.get(key) or self.source(layout, M, N, K, count)
+                self._memo[key] = found
+        return found
 
-                    cfg = autotune.tune_shape(self.props.id, layout, M, N, K, count)["config"]
-                    self._user = None  # re-read: the tuner wrote the cache
-                self._memo[key] = cfg
-        return cfg
+    def record(self, layout, M, N, K, count, entry: dict) -> None:
+        """Add a measured entry ({"config", "tflops", "ms"}) for this shape's bucket to the user's
+        tuning cache, and forget what was selected before."""
+        merge_entries(self.cache_path, {entry_key(layout, bucket(M, N, K, count)): {**entry, "shape": [M, N, K, count]}},
+                      {"gpu": self.props.name})
+        self.forget()
 
     def forget(self) -> None:
         with self._lock:
@@ -213,22 +221,36 @@ class Selector:
 
 
 _selectors: dict[int, Selector] = {}
+_selectors_lock = threading.Lock()
 
 
 def selector(device: int) -> Selector:
     sel = _selectors.get(device)
     if sel is None:
-        from . import compiler, runtime
-        from .bench import _driver_version
-
-        sel = _selectors[device] = Selector(runtime.device_properties(device), _driver_version(),
-                                            "%d.%d" % compiler.nvrtc_version())
+        with _selectors_lock:
+            sel = _selectors.get(device)
+            if sel is None:
+                sel = _selectors[device] = Selector(gpu.device_properties(device), gpu.driver_version(),
+                                                    "%d.%d" % compiler.nvrtc_version())
     return sel
 
 
-def select(device: int, layout: str, M: int, N: int, K: int, count: int) -> dict:
+def select(device: int, layout: str, M: int, N: int, K: int, count: int) -> tuple[dict, str]:
+    """(config, source) for this shape on ``device``: "tuned", "shipped" or "heuristic"."""
     return selector(device)(layout, M, N, K, count)
 
 
-def check_config(cfg: dict, limits: registry.Limits) -> list[str]:
+def forget() -> None:
+    """Forget every device's selections and tables (they are read again on the next call)."""
+    for sel in list(_selectors.values()):
+        sel.forget()
+
+
+def reset() -> None:
+    """Drop the selectors themselves (a changed TILEGEMM_TUNE_DIR takes effect)."""
+    with _selectors_lock:
+        _selectors.clear()
+
+
+def check_config(cfg: dict, limits: Limits) -> list[str]:
     return registry.FAMILY.violations(registry.FAMILY.params(cfg), limits)

@@ -1,0 +1,238 @@
+"""Running a planned call: where it runs (device, stream), the result's memory, and the program of
+launches each path needs.
+
+Paths (``build``): the family with one block per tile (batches in chunks of the grid's z limit),
+split-K into a workspace followed by the reduction, split-K summed in the kernel (sk = 2), stream-K
+(sk = 1), a ladder rung (one launch per product), and K = 0 (D = beta * C, or zeros).  Every argument
+but the pointers is fixed when the program is built, and every error is raised then, before any
+launch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import gpu, registry
+from .arrays import UNKNOWN, Operand, describe
+from .launch import GEMM, REDUCE, RUNG, A, B, C, D, W, Program, Step, launcher, reducer
+from .plan import GRID_Z, Plan, plan, vector_width
+
+FAMILY = registry.FAMILY.name
+_ext_streams: dict[tuple, object] = {}
+
+
+# --------------------------------------------------------------------------- streams and memory
+
+
+def stream_for(kind: str, device: int):
+    """The stream a call runs on: torch's current stream for torch tensors, else CuPy's current one."""
+    cupy = gpu.cupy()
+    if kind != "torch":
+        return cupy.cuda.get_current_stream()
+    import torch
+
+    handle = torch.cuda.current_stream(device).cuda_stream
+    stream = _ext_streams.get((device, handle))
+    if stream is None:
+        if len(_ext_streams) > 256:
+            _ext_streams.clear()
+        stream = _ext_streams[(device, handle)] = cupy.cuda.ExternalStream(handle, device)
+    return stream
+
+
+def empty(kind: str, shape: tuple, device: int, stream, colmajor: bool = False):
+    """A new float32 result of the call's array type (torch or CuPy), its matrices column-major when
+    ``colmajor``: the result's memory (workspaces: ``launch.workspace``)."""
+    mshape = shape[:-2] + (shape[-1], shape[-2]) if colmajor else shape
+    if kind == "torch":
+        import torch
+
+        arr = torch.empty(mshape, dtype=torch.float32, device=f"cuda:{device}")
+        return arr.transpose(-1, -2) if colmajor else arr
+    with stream:
+        arr = gpu.cupy().empty(mshape, dtype=np.float32)
+    return arr.swapaxes(-1, -2) if colmajor else arr
+
+
+def pointer(arr) -> int:
+    return int(arr.data_ptr()) if hasattr(arr, "data_ptr") else int(arr.data.ptr)
+
+
+# --------------------------------------------------------------------------- where the call runs
+
+
+def _again(p: Plan, a: Operand, b: Operand, c: Operand | None, out: Operand | None) -> Plan:
+    return plan(a, b, out, p.kernel, dict(p.config), c, p.alpha, p.beta, p.pdl)
+
+
+def _on_device(p: Plan) -> Plan:
+    """CUDA-array-interface operands get their device from the driver, and the call is planned again."""
+    if p.device != UNKNOWN:
+        return p
+    runtime = gpu.cupy().cuda.runtime
+
+    def resolve(m):
+        if m is None or m.op.device != UNKNOWN:
+            return None if m is None else m.op
+        o = m.op
+        return Operand(o.name, o.kind, o.obj, o.shape, o.strides, o.dtype,
+                       int(runtime.pointerGetAttributes(o.ptr).device), o.ptr)
+
+    return _again(p, resolve(p.a), resolve(p.b), resolve(p.c), resolve(p.out))
+
+
+def run(p: Plan, choose):
+    """Run ``p``; ``choose(device, geometry.key)`` gives the family's config where the call names
+    none.  NumPy inputs are copied to the current GPU (its current stream) and planned again there;
+    their result comes back as NumPy (or into the NumPy ``out``).  Returns (the result, the program
+    that computed it, None when there was nothing to launch)."""
+    gpu.require_gpu("tilegemm.matmul")
+    cupy = gpu.cupy()
+    p = _on_device(p)
+    host_out = p.out.op if p.host and p.out is not None else None
+    device = cupy.cuda.runtime.getDevice() if p.host else p.device
+    with cupy.cuda.Device(device):
+        host, shape = p.host, p.shape
+        if host:
+            def copy(m):
+                return None if m is None else describe(cupy.asarray(m.op.obj), m.op.name)
+            p = _again(p, copy(p.a), copy(p.b), copy(p.c), None)
+        kind = "torch" if p.a.op.kind == "torch" else "cupy"
+        stream = stream_for(kind, device)
+        if p.out is None:
+            result = empty(kind, p.batch + (p.M, p.N), device, stream, p.out_colmajor)
+            pd = pointer(result)
+        else:
+            result, pd = p.out.op.obj, p.out.op.ptr
+        pa, pb, pc = p.a.op.ptr, p.b.op.ptr, p.c.op.ptr if p.c is not None else 0
+        program = None
+        if p.M and p.N and p.count:
+            program = build(p, device, (pa, pb, pc, pd), lambda key: choose(device, key))
+            program.run(pa, pb, pc, pd, stream)
+        if host:
+            res = result.get(stream=stream).reshape(shape)
+            if host_out is None:
+                return res, program
+            host_out.obj[...] = res
+            return host_out.obj, program
+    if p.out is None and tuple(result.shape) != p.shape:
+        result = result.reshape(p.shape)
+    return result, program
+
+
+# --------------------------------------------------------------------------- programs
+
+
+def build(p: Plan, device: int, ptrs: tuple, choose) -> Program:
+    """The launches of ``p`` for pointers ``ptrs`` (a, b, c, d as the call names them; their
+    16-byte alignment picks the load width)."""
+    g = p.geom
+    pa, pb, pc, pd = ptrs
+    if g.swap:
+        pa, pb = pb, pa
+    beta = p.beta if p.c is not None else 0.0
+    config = None
+    if g.K and p.kernel == FAMILY:
+        config = dict(p.config) if p.config else dict(choose(g.key))
+    steps, work = [], 0
+    for oa, ob, oc, od in g.offsets:
+        at = (pa + 4 * oa, pb + 4 * ob, pc + 4 * oc, pd + 4 * od)
+        offs = (4 * oa, 4 * ob, 4 * oc, 4 * od)
+        if g.K == 0:
+            steps.append(_reduce_step(p, g, device, at, offs, splits=0, ldw=0, beta=beta))
+        elif p.kernel == FAMILY:
+            more, w = _family(p, g, device, config, at, offs, beta)
+            steps += more
+            work = max(work, w)
+        else:
+            steps += _rung(p, g, device, at, offs)
+    return Program(device, g.swap, work, tuple(steps), config)
+
+
+def _reduce_step(p, g, device, at, offs, splits, ldw, beta, alpha=None) -> Step:
+    """D = alpha * (the sum of W's ``splits`` planes, rows of ldw floats) + beta * C; splits = 0
+    gives beta * C (K = 0).  float4 accesses where N, D (and C, when read) allow them."""
+    sa, sb, sc, sd = g.strides
+    fn = reducer(device)
+    ops = [(at[D], g.ldd, sd)] + ([(at[C], g.ldc, sc)] if beta != 0.0 else [])
+    vec = 4 if g.N % 4 == 0 and ldw % 4 == 0 and vector_width(*ops) == 4 else 1
+    grid = (max(1, -(-(g.N // vec) // 256)), max(1, min(g.M * g.count, 65535)), 1)
+    args = REDUCE.values(M=g.M, N=g.N, batches=g.count, splits=splits, W=0, ldw=ldw, C=0, ldc=g.ldc, sC=sc,
+                         D=0, ldd=g.ldd, sD=sd, alpha=p.alpha if alpha is None else alpha, beta=beta, vec=vec)
+    ptrs = ((REDUCE.slot("C"), C, offs[C]), (REDUCE.slot("D"), D, offs[D])) + (
+        ((REDUCE.slot("W"), W, 0),) if splits else ())
+    return Step(fn.prepare(grid, p.pdl), tuple(args), ptrs)
+
+
+def _rung(p, g, device, at, offs) -> list[Step]:
+    """A ladder rung: one launch per product of the batch (C = A B, no alpha or beta)."""
+    sa, sb, sc, sd = g.strides
+    vec = vector_width((at[A], g.lda, sa), (at[B], g.ldb, sb), (at[D], g.ldd, sd))
+    fn = launcher(p.kernel, g.layout, vec, device, p.config, (g.lda, g.ldb))
+    grid = fn.spec.grid(g.M, g.N, fn.params)
+    if grid[1] > 65535 or grid[0] > 2**31 - 1:
+        raise ValueError(f"M = {g.M} is too large for {p.kernel}'s grid (at most 65535 block rows)")
+    go = fn.prepare(grid, False)
+    args = tuple(RUNG.values(M=g.M, N=g.N, K=g.K, A=0, lda=g.lda, B=0, ldb=g.ldb, C=0, ldc=g.ldd))
+    slots = (RUNG.slot("A"), RUNG.slot("B"), RUNG.slot("C"))
+    return [Step(go, args, tuple(zip(slots, (A, B, D), (offs[A] + 4 * i * sa, offs[B] + 4 * i * sb,
+                                                          offs[D] + 4 * i * sd))))
+            for i in range(g.count)]
+
+
+def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
+    """The family's launches for one run of the batch, and the workspace they need (floats)."""
+    sa, sb, sc, sd = g.strides
+    splits = max(1, min(int(config.get("splits", 1)), -(-g.K // 4)))
+    cfg = {k: v for k, v in config.items() if k != "splits"}
+    ops = [(at[A], g.lda, sa), (at[B], g.ldb, sb), (at[D], g.ldd, sd)] + ([(at[C], g.ldc, sc)] if beta else [])
+    fn = launcher(FAMILY, g.layout, vector_width(*ops), device, tuple(sorted(cfg.items())), (g.lda, g.ldb))
+    bm, bn = fn.spec.tile(fn.params)
+    tiles = -(-g.M // bm) * -(-g.N // bn)
+    if tiles * g.count > 2**31 - 1:
+        raise ValueError(f"{g.count} x {g.M} x {g.N} has too many {bm} x {bn} tiles for one grid")
+    k_split = -(-(-(-g.K // splits)) // 4) * 4  # splits start at multiples of 4 (16-byte aligned loads)
+    base = dict(M=g.M, N=g.N, K=g.K, A=0, lda=g.lda, sA=sa, B=0, ldb=g.ldb, sB=sb, C=0, ldc=g.ldc, sC=sc,
+                D=0, ldd=g.ldd, sD=sd, alpha=p.alpha, beta=beta, k_split=k_split, splits=splits, W=0, flags=0,
+                epoch=0, count=g.count, first=0)
+    ptr = {n: GEMM.slot(n) for n in "ABCDW"}
+    sk = cfg.get("sk", 0)
+    if sk:
+        resident = fn.resident_blocks()
+        units = g.count * tiles * (1 if sk == 1 else splits)
+        if sk == 1:  # stream-K: as many blocks as are resident, sharing the k-iterations evenly
+            per = max(1, min(resident, units * -(-g.K // fn.params["bk"])))
+        else:  # split-K summed in the kernel: a launch holds whole tiles, no more blocks than are resident
+            per = (resident // splits) * splits
+            if per < 1:
+                raise RuntimeError(f"split-K config {fn.params} with {splits} splits: fewer blocks than that "
+                                   f"fit on device {device} at once")
+        blocks = [(per, 0)] if sk == 1 else [(min(per, units - f), f) for f in range(0, units, per)]
+        steps = []
+        for n, first in blocks:
+            args = GEMM.values(**{**base, "first": first})
+            steps.append(Step(fn.prepare((n, 1, 1), p.pdl), tuple(args),
+                              ((ptr["A"], A, offs[A]), (ptr["B"], B, offs[B]), (ptr["C"], C, offs[C]),
+                               (ptr["D"], D, offs[D]), (ptr["W"], W, 0)),
+                              (GEMM.slot("flags"), GEMM.slot("epoch"), n)))
+        return steps, max(n for n, _ in blocks) * bm * bn
+    # one block per tile and split; the batch in chunks of the grid's z limit.  With splits > 1 each
+    # split writes its own plane of the workspace (rows padded to a multiple of 4 floats, so the
+    # float4 stores that the output's alignment allows stay aligned there too), then the reduction
+    ldw = -(-g.N // 4) * 4
+    if splits > 1:
+        base.update(ldd=ldw, sD=g.M * ldw, alpha=1.0, beta=0.0)
+    out, out_stride = (W, splits * g.M * ldw) if splits > 1 else (D, sd)
+    per = max(1, GRID_Z // splits)
+    steps = []
+    for first in range(0, g.count, per):
+        n = min(per, g.count - first)
+        args = GEMM.values(**{**base, "count": n})
+        steps.append(Step(fn.prepare((tiles, 1, n * splits), p.pdl), tuple(args),
+                          ((ptr["A"], A, offs[A] + 4 * first * sa), (ptr["B"], B, offs[B] + 4 * first * sb),
+                           (ptr["C"], C, offs[C] + 4 * first * sc),
+                           (ptr["D"], out, (offs[D] if out == D else 0) + 4 * first * out_stride))))
+    if splits == 1:
+        return steps, 0
+    steps.append(_reduce_step(p, g, device, at, offs, splits, ldw, beta))
+    return steps, g.count * splits * g.M * ldw

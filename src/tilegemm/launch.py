@@ -1,0 +1,206 @@
+"""Kernel launches: each kernel's parameter list as named fields, launchers, and programs.
+
+- ``Signature``: a kernel's parameters by name and C type, defined once here and checked against
+  the ``.cu`` file by a test.  Arguments are built from keywords and patched by name.
+- ``Launcher``: one kernel of the registry for one layout, load width, device and config, compiled
+  and loaded once; whether it may be launched as a programmatic dependent (PDL) is an option of
+  each launch, allowed where the kernel waits for its predecessor and the GPU is sm_90+.
+- ``Program``: the launches one call needs, with everything fixed but the operands' pointers, the
+  split-K / stream-K workspace (taken per run from CuPy's pool, in the stream's order) and the
+  stream-K hand-over flags.  A repeat call runs the stored program with new pointers.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import gpu, registry, runtime
+from .occupancy import Limits
+from .plan import WIDE_LD_MIN, needs_wide_offsets
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A kernel entry's parameters, in order: (name, C type), the type one of "int", "long long",
+    "float", "ptr"."""
+
+    entry: str
+    file: str  # the file that declares the entry (kernels/), checked by tests/test_launch.py
+    fields: tuple
+
+    def __post_init__(self):
+        object.__setattr__(self, "_index", {n: i for i, (n, _) in enumerate(self.fields)})
+
+    @property
+    def types(self) -> tuple:
+        return tuple(t for _, t in self.fields)
+
+    def slot(self, name: str) -> int:
+        return self._index[name]
+
+    def values(self, **kw) -> list:
+        """The argument list: every field by name, as a Python int or float."""
+        missing = [n for n, _ in self.fields if n not in kw]
+        extra = [k for k in kw if k not in self._index]
+        if missing or extra:
+            raise TypeError(f"{self.entry}: missing arguments {missing}, unknown {extra}")
+        return [float(kw[n]) if t == "float" else int(kw[n]) for n, t in self.fields]
+
+
+def _fields(text: str) -> tuple:
+    """"M int, lda long long, ..." -> (("M", "int"), ("lda", "long long"), ...)"""
+    return tuple(tuple(f.strip().split(" ", 1)) for f in text.split(","))
+
+
+# gemm.cu's tilegemm_gemm (the family)
+GEMM = Signature("tilegemm_gemm", "gemm.cu", _fields(
+    "M int, N int, K int, A ptr, lda long long, sA long long, B ptr, ldb long long, sB long long, C ptr, "
+    "ldc long long, sC long long, D ptr, ldd long long, sD long long, alpha float, beta float, k_split int, "
+    "splits int, W ptr, flags ptr, epoch int, count int, first int"))
+# splitk_reduce.cu's tilegemm_splitk_reduce: D = alpha * (the sum of W's splits) + beta * C
+REDUCE = Signature("tilegemm_splitk_reduce", "splitk_reduce.cu", _fields(
+    "M int, N int, batches int, splits int, W ptr, ldw long long, C ptr, ldc long long, sC long long, D ptr, "
+    "ldd long long, sD long long, alpha float, beta float, vec int"))
+# every rung's tilegemm_kernel (TG_GEMM_PARAMS in tg_common.cuh): C = A B
+RUNG = Signature("tilegemm_kernel", "tg_common.cuh", _fields(
+    "M int, N int, K int, A ptr, lda long long, B ptr, ldb long long, C ptr, ldc long long"))
+SIGNATURES = {s.entry: s for s in (GEMM, REDUCE, RUNG)}
+
+
+# --------------------------------------------------------------------------- launchers
+
+
+class Launcher:
+    """One kernel for one layout, load width, device and config: compiled and loaded once."""
+
+    def __init__(self, spec: registry.KernelSpec, layout: str, vec: int, device: int, config: tuple = (),
+                 wide: bool = False):
+        props = gpu.device_properties(device)
+        limits = Limits.from_props(props)
+        self.spec = spec
+        self.params = spec.params(dict(config))
+        spec.check(self.params, limits)
+        self.signature = SIGNATURES[spec.entry]
+        self.block = spec.block(self.params)
+        self.smem = spec.smem(self.params)
+        self.device = device
+        compiled = spec.compile(spec.compiled_params(self.params), layout, arch=props.arch, vec=vec,
+                                limits=limits, wide=wide)
+        self.kernel = runtime.load(compiled, device)
+        self.can_pdl = spec.waits and props.major >= 9
+        self._resident = None
+
+    def prepare(self, grid, pdl: bool) -> runtime.PreparedLaunch:
+        return self.kernel.prepare(grid, self.block, self.signature.types, self.smem, pdl and self.can_pdl)
+
+    def resident_blocks(self) -> int:
+        """Blocks of this kernel resident on the whole GPU at once."""
+        if self._resident is None:
+            per_sm = self.kernel.max_active_blocks(int(np.prod(self.block)), self.smem)
+            self._resident = per_sm * gpu.device_properties(self.device).sms
+        return self._resident
+
+
+_launchers: dict[tuple, Launcher] = {}
+_launch_lock = threading.Lock()
+
+
+def _cached(key: tuple, make) -> Launcher:
+    fn = _launchers.get(key)
+    if fn is None:
+        with _launch_lock:
+            fn = _launchers.get(key) or make()
+            _launchers[key] = fn
+    return fn
+
+
+def launcher(name: str, layout: str, vec: int, device: int, config: tuple = (), lds: tuple = ()) -> Launcher:
+    """The loaded kernel for (name, layout, vec, device, config); ``lds``: the operands' leading
+    dimensions, which decide whether it needs 64-bit copy offsets."""
+    spec = registry.get(name)
+    wide = False
+    if lds and max(abs(int(ld)) for ld in lds) >= WIDE_LD_MIN:  # rare: no parsing on common calls
+        wide = needs_wide_offsets(spec.tile_extent(spec.params(dict(config))), *lds)
+    return _cached((name, layout, vec, device, config, wide),
+                   lambda: Launcher(spec, layout, vec, device, config, wide))
+
+
+def reducer(device: int) -> Launcher:
+    """The split-K reduction (also D = beta * C for K = 0) on ``device``."""
+    return _cached((registry.REDUCE.name, device), lambda: Launcher(registry.REDUCE, "NN", 1, device))
+
+
+# --------------------------------------------------------------------------- stream-K flags
+
+# The hand-over flags of sk = 1, 2: one int per block, per (device, stream), zeroed once; each launch
+# on the stream counts up an epoch that the flags are set to, so nothing resets them (launches on
+# one stream run in order; streams do not share flags; the lock keeps two threads launching on one
+# stream from taking the same epoch).
+_sk_state: dict[tuple, list] = {}
+_sk_lock = threading.Lock()
+
+
+def sk_flags(device: int, stream, blocks: int) -> tuple[int, int]:
+    """(flags pointer, epoch) for a stream-K launch of ``blocks`` blocks on ``stream``."""
+    cupy = gpu.cupy()
+    key = (device, int(getattr(stream, "ptr", 0) or 0))
+    with _sk_lock:
+        st = _sk_state.get(key)
+        if st is None or st[0].size < blocks:
+            with cupy.cuda.Device(device):
+                st = _sk_state[key] = [cupy.zeros(max(blocks, 4096), dtype=np.int32), 0]
+                cupy.cuda.get_current_stream().synchronize()  # the zeros are in place before any use
+        st[1] = st[1] % (2**31 - 2) + 1
+        return int(st[0].data.ptr), st[1]
+
+
+def workspace(floats: int, stream):
+    """A float32 scratch buffer from CuPy's pool, handed out in ``stream``'s order."""
+    cupy = gpu.cupy()
+    with stream:
+        return cupy.empty(floats, dtype=np.float32)
+
+
+# --------------------------------------------------------------------------- programs
+
+A, B, C, D, W = range(5)  # the pointers a step takes: the operands, and the workspace
+
+
+@dataclass(frozen=True)
+class Step:
+    """One launch: its arguments with pointers patched per run (slot, pointer, byte offset), and
+    for stream-K launches the (flags slot, epoch slot, blocks) of its hand-over flags."""
+
+    go: runtime.PreparedLaunch
+    args: tuple
+    ptrs: tuple
+    flags: tuple | None = None
+
+
+@dataclass(frozen=True)
+class Program:
+    """The launches of one call.  ``run(pa, pb, pc, pd, stream)`` with the call's pointers (a and b
+    as the call names them; ``swap`` exchanges them for a column-major result)."""
+
+    device: int
+    swap: bool
+    work_floats: int
+    steps: tuple
+    config: dict | None = None  # the family config it runs (None: a rung, or K = 0)
+
+    def run(self, pa: int, pb: int, pc: int, pd: int, stream) -> None:
+        if self.swap:
+            pa, pb = pb, pa
+        work = workspace(self.work_floats, stream) if self.work_floats else None
+        base = (pa, pb, pc, pd, int(work.data.ptr) if work is not None else 0)
+        for st in self.steps:
+            args = list(st.args)
+            for slot, which, off in st.ptrs:
+                args[slot] = base[which] + off
+            if st.flags is not None:
+                f_slot, e_slot, blocks = st.flags
+                args[f_slot], args[e_slot] = sk_flags(self.device, stream, blocks)
+            st.go(args, stream)

@@ -1,0 +1,106 @@
+"""GPU-free: TILEGEMM_AUTOTUNE=1 on a shape the selection has no measured config for.
+
+The whole path runs (the call's config choice, the selection and its lock, the candidates, the
+tuner, the write to the tuning cache, the selection again) with only the lowest level stubbed: the
+GPU's properties, compiling (GPU-free, but slow for fifty configs) and the measurements of
+timing.py.  It must return (the tuner once ran under the selection's lock and waited on it for ever)
+the fastest candidate, and leave it in the cache where the next selection finds it."""
+
+import contextlib
+import json
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+from tilegemm import api, autotune, gpu, selection, timing
+from tilegemm.occupancy import Limits
+
+PROPS = SimpleNamespace(id=0, name="Test GPU", major=9, minor=0, arch="sm_90", sms=132, l2_bytes=50 << 20,
+                        smem_per_block_optin=227 * 1024, smem_per_sm=228 * 1024, regs_per_sm=65536,
+                        max_threads_per_block=1024, max_threads_per_sm=2048, max_blocks_per_sm=32)
+KEY = ("NN", 777, 999, 1111, 1)
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch, tmp_path):
+    monkeypatch.setattr(gpu, "device_properties", lambda device=None: PROPS)
+    monkeypatch.setattr(gpu, "driver_version", lambda: "580.0")
+    monkeypatch.setenv("TILEGEMM_TUNE_DIR", str(tmp_path))
+    selection.reset()
+    yield tmp_path
+    selection.reset()
+
+
+def _stub_measurements(monkeypatch, winner_index: int):
+    """Every candidate compiles without spills and passes its check; the one timed ``winner_index``-th
+    is the fastest."""
+    F = autotune.F
+
+    def compile_all(cfgs, layouts, arch, **kw):
+        return {(tuple(sorted(F.compiled_params(F.params(c)).items())), lay): (128, 0, None)
+                for c in cfgs for lay in layouts}
+
+    timed = []
+
+    def time_launches(run, n_sets, **kw):
+        timed.append(run)
+        return 1.0 if len(timed) - 1 == winner_index else 2.0
+
+    monkeypatch.setattr(autotune, "compile_all", compile_all)
+    monkeypatch.setattr(timing, "device", lambda index: contextlib.nullcontext())
+    monkeypatch.setattr(timing, "operands", lambda *a, **k: ("a", "b"))
+    monkeypatch.setattr(timing, "reference", lambda a, b: "ref")
+    monkeypatch.setattr(timing, "input_sets", lambda *a, **k: ([("a", "b")], ["out"]))
+    monkeypatch.setattr(timing, "check", lambda run, *a, **k: 1e-7)
+    monkeypatch.setattr(timing, "time_launches", time_launches)
+    return timed
+
+
+def _in_a_thread(fn, timeout=120):
+    box = {}
+    t = threading.Thread(target=lambda: box.setdefault("value", fn()), daemon=True)
+    t.start()
+    t.join(timeout)
+    assert not t.is_alive(), "the call did not return: a deadlock"
+    return box["value"]
+
+
+def test_autotune_on_miss_returns_the_fastest_and_writes_the_cache(fake_gpu, monkeypatch):
+    cands = autotune.candidates(*KEY[1:], PROPS.sms, Limits.from_props(PROPS))
+    timed = _stub_measurements(monkeypatch, winner_index=3)
+    assert selection.select(0, *KEY)[1] == "heuristic"  # a miss
+    selection.forget()
+    monkeypatch.setenv("TILEGEMM_AUTOTUNE", "1")
+    config = _in_a_thread(lambda: api.choose_config(0, KEY))
+    assert len(timed) == len(cands) and config == cands[3]
+    files = list(fake_gpu.glob("*.json"))
+    assert len(files) == 1
+    entries = json.loads(files[0].read_text())["entries"]
+    assert entries == {selection.entry_key("NN", selection.bucket(*KEY[1:])):
+                       {"config": cands[3], "tflops": pytest.approx(2 * 777 * 999 * 1111 / 1e9), "ms": 1.0,
+                        "shape": [777, 999, 1111, 1]}}
+    assert selection.select(0, *KEY) == (cands[3], "tuned")
+    # a second call is a hit: nothing is tuned again
+    assert _in_a_thread(lambda: api.choose_config(0, KEY)) == cands[3] and len(timed) == len(cands)
+
+
+def test_without_the_variable_a_miss_takes_the_heuristic(fake_gpu, monkeypatch):
+    timed = _stub_measurements(monkeypatch, winner_index=0)
+    monkeypatch.delenv("TILEGEMM_AUTOTUNE", raising=False)
+    assert api.choose_config(0, KEY) == selection.heuristic(*KEY[1:], PROPS.sms, PROPS.l2_bytes)
+    assert not timed and not list(fake_gpu.glob("*.json"))
+
+
+def test_two_threads_missing_at_once_tune_once(fake_gpu, monkeypatch):
+    cands = autotune.candidates(*KEY[1:], PROPS.sms, Limits.from_props(PROPS))
+    timed = _stub_measurements(monkeypatch, winner_index=1)
+    monkeypatch.setenv("TILEGEMM_AUTOTUNE", "1")
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(api.choose_config(0, KEY)), daemon=True)
+               for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert results == [cands[1], cands[1]] and len(timed) == len(cands)

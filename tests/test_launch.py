@@ -1,0 +1,236 @@
+"""GPU-free: the launch records against the kernels, and the programs of launches each path builds.
+
+The kernels' parameter lists (launch.GEMM, REDUCE, RUNG) are read back from the .cu files.  The
+programs are built by dispatch.build with the launchers stubbed (no compile, no GPU): their grids,
+their arguments by name, the pointers patched per run and the workspaces are checked against the
+path's arithmetic; the GPU tests check the results themselves.
+"""
+
+import re
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from tilegemm import dispatch, launch, registry
+from tilegemm.arrays import Operand
+from tilegemm.compiler import KERNEL_DIR
+from tilegemm.plan import plan
+
+
+def _c_params(text: str) -> list[tuple[str, str]]:
+    out = []
+    for p in text.split(","):
+        p = re.sub(r"\b(const|__restrict__)\b", " ", p).strip()
+        ptr = "*" in p
+        words = p.replace("*", " ").split()
+        name, ctype = words[-1], " ".join(words[:-1])
+        out.append((name, "ptr" if ptr else ctype))
+    return out
+
+
+def _declared(sig: launch.Signature) -> list[tuple[str, str]]:
+    src = (KERNEL_DIR / sig.file).read_text()
+    if sig is launch.RUNG:
+        m = re.search(r"#define TG_GEMM_PARAMS((?:.*\\\n)*.*)", src)
+        return _c_params(m.group(1).replace("\\\n", " "))
+    m = re.search(r'extern "C" __global__ void\b.*?\b' + sig.entry + r"\((.*?)\)\s*\{", src, re.S)
+    return _c_params(m.group(1))
+
+
+@pytest.mark.parametrize("sig", [launch.GEMM, launch.REDUCE, launch.RUNG], ids=lambda s: s.entry)
+def test_signatures_match_the_kernels(sig):
+    assert _declared(sig) == list(sig.fields)
+
+
+def test_every_rung_uses_the_shared_signature():
+    for spec in registry.RUNGS.values():
+        src = (KERNEL_DIR / spec.file).read_text()
+        assert "tilegemm_kernel(TG_GEMM_PARAMS)" in src, spec.file
+        assert spec.entry == launch.RUNG.entry and not spec.waits
+
+
+@pytest.mark.parametrize("spec", [registry.FAMILY, registry.REDUCE], ids=lambda s: s.name)
+def test_kernels_launched_as_dependents_wait_first(spec):
+    src = (KERNEL_DIR / spec.file).read_text()
+    body = src[src.index(spec.entry + "("):]
+    body = body[body.index("{") + 1:]
+    first = [ln.strip() for ln in body.splitlines() if ln.strip() and not ln.strip().startswith("//")]
+    assert spec.waits and any("griddepcontrol.wait" in ln for ln in first[:4]), first[:4]
+
+
+def test_values_by_name():
+    v = launch.RUNG.values(M=1, N=2, K=3, A=4, lda=5, B=6, ldb=7, C=8, ldc=9)
+    assert v == [1, 2, 3, 4, 5, 6, 7, 8, 9] and launch.RUNG.slot("C") == 7
+    with pytest.raises(TypeError, match=r"missing arguments \['ldc'\], unknown \['ldd'\]"):
+        launch.RUNG.values(M=1, N=2, K=3, A=4, lda=5, B=6, ldb=7, C=8, ldd=9)
+    assert isinstance(launch.GEMM.values(**{n: 1 for n, _ in launch.GEMM.fields})[launch.GEMM.slot("alpha")], float)
+
+
+# --------------------------------------------------------------------------- programs, stubbed launchers
+
+
+class Prepared:
+    def __init__(self, grid, pdl, log):
+        self.grid, self.pdl, self.log = grid, pdl, log
+
+    def __call__(self, args, stream):
+        self.log.append((self.grid, list(args)))
+
+
+class FakeLauncher:
+    def __init__(self, spec, config, vec, log):
+        self.spec, self.params, self.vec, self.log = spec, spec.params(dict(config)), vec, log
+        self.signature = launch.SIGNATURES[spec.entry]
+
+    def prepare(self, grid, pdl):
+        return Prepared(grid, pdl and self.spec.waits, self.log)
+
+    def resident_blocks(self):
+        return 2 * 132
+
+
+@pytest.fixture
+def stubs(monkeypatch):
+    log, built = [], []
+
+    def launcher(name, layout, vec, device, config=(), lds=()):
+        fn = FakeLauncher(registry.get(name), config, vec, log)
+        built.append((name, layout, vec, dict(config)))
+        return fn
+
+    monkeypatch.setattr(dispatch, "launcher", launcher)
+    monkeypatch.setattr(dispatch, "reducer", lambda device: FakeLauncher(registry.REDUCE, (), 1, log))
+    monkeypatch.setattr(launch, "workspace", lambda floats, stream: SimpleNamespace(data=SimpleNamespace(ptr=WORK)))
+    monkeypatch.setattr(launch, "sk_flags", lambda device, stream, blocks: (0x800000, 7))
+    return SimpleNamespace(log=log, built=built)
+
+
+WORK = 0x900000
+
+
+F32 = np.dtype(np.float32)
+
+
+def op(name, shape, strides=None, ptr=0x100000):
+    if strides is None:
+        strides, acc = [], 1
+        for n in reversed(shape):
+            strides.insert(0, acc)
+            acc *= n
+    return Operand(name, "cupy", None, tuple(shape), tuple(strides), F32, 0, ptr)
+
+
+def args(sig, values) -> dict:
+    return {n: values[i] for i, (n, _) in enumerate(sig.fields)}
+
+
+BIG = {"bm": 128, "bn": 128, "bk": 8, "tm": 16, "tn": 8, "ln": 8, "minb": 2, "swizzle": 8, "stages": 3}
+PA, PB, PD = 0x10000000, 0x20000000, 0x30000000
+
+
+def run(p, cfg, stubs):
+    prog = dispatch.build(p, 0, (PA, PB, 0, PD), lambda key: cfg)
+    prog.run(PA, PB, 0, PD, stream=None)
+    return prog, [(g, a) for g, a in stubs.log]
+
+
+def test_one_tile_per_block(stubs):
+    p = plan(op("a", (1000, 300), ptr=PA), op("b", (300, 700), ptr=PB), op("out", (1000, 700), ptr=PD))
+    prog, launches = run(p, {**BIG, "splits": 1}, stubs)
+    assert prog.work_floats == 0 and not prog.swap and len(launches) == 1
+    grid, a = launches[0]
+    assert grid == (8 * 6, 1, 1)
+    g = args(launch.GEMM, a)
+    assert (g["M"], g["N"], g["K"], g["lda"], g["ldb"], g["ldd"], g["A"], g["B"], g["D"]) == \
+        (1000, 700, 300, 300, 700, 700, PA, PB, PD)
+    assert (g["splits"], g["k_split"], g["alpha"], g["beta"], g["count"]) == (1, 300, 1.0, 0.0, 1)
+    assert stubs.built == [("gemm", "NN", 4, BIG)]
+
+
+def test_a_column_major_result_swaps_the_operands(stubs):
+    out = op("out", (1000, 700), strides=(1, 1000), ptr=PD)  # column-major
+    p = plan(op("a", (1000, 300), ptr=PA), op("b", (300, 700), ptr=PB), out)
+    prog, launches = run(p, {**BIG, "splits": 1}, stubs)
+    g = args(launch.GEMM, launches[0][1])
+    assert prog.swap and (g["M"], g["N"], g["A"], g["B"], g["ldd"]) == (700, 1000, PB, PA, 1000)
+    assert stubs.built[0][1] == "TT"  # b^T and a^T are column-major views of row-major arrays
+
+
+def test_split_k_writes_a_workspace_then_reduces(stubs):
+    p = plan(op("a", (96, 3000), ptr=PA), op("b", (3000, 130), ptr=PB))
+    prog, launches = run(p, {**BIG, "splits": 4}, stubs)
+    ldw = 132  # 130 rounded up to a multiple of 4
+    assert prog.work_floats == 4 * 96 * ldw and len(launches) == 2
+    (g_grid, g_args), (r_grid, r_args) = launches
+    g, r = args(launch.GEMM, g_args), args(launch.REDUCE, r_args)
+    assert g_grid == (1 * 2, 1, 4) and (g["D"], g["ldd"], g["sD"], g["alpha"], g["beta"]) == (WORK, ldw, 96 * ldw,
+                                                                                               1.0, 0.0)
+    assert g["k_split"] == 752 and g["splits"] == 4  # ceil(3000 / 4) = 750, rounded up to a multiple of 4
+    assert (r["W"], r["ldw"], r["D"], r["ldd"], r["splits"], r["batches"]) == (WORK, ldw, PD, 130, 4, 1)
+    assert r_grid == (1, 96, 1) and r["vec"] == 1  # 130 columns: no float4
+
+
+def test_splits_are_clamped_to_the_depth(stubs):
+    p = plan(op("a", (64, 8), ptr=PA), op("b", (8, 64), ptr=PB), op("out", (64, 64), ptr=PD))
+    _, launches = run(p, {**BIG, "splits": 16}, stubs)
+    assert args(launch.GEMM, launches[0][1])["splits"] == 2  # at most ceil(K / 4)
+
+
+def test_stream_k_takes_the_resident_grid_and_its_flags(stubs):
+    p = plan(op("a", (3000, 500), ptr=PA), op("b", (500, 1000), ptr=PB), op("out", (3000, 1000), ptr=PD))
+    prog, launches = run(p, {**BIG, "splits": 1, "sk": 1}, stubs)
+    grid, a = launches[0]
+    g = args(launch.GEMM, a)
+    assert grid == (264, 1, 1) and prog.work_floats == 264 * 128 * 128
+    assert (g["W"], g["flags"], g["epoch"], g["first"]) == (WORK, 0x800000, 7, 0)
+
+
+def test_split_k_summed_in_the_kernel_runs_whole_tiles_per_launch(stubs):
+    p = plan(op("a", (2000, 1000), ptr=PA), op("b", (1000, 2000), ptr=PB), op("out", (2000, 2000), ptr=PD))
+    prog, launches = run(p, {**BIG, "splits": 4, "sk": 2}, stubs)
+    units = 16 * 16 * 4
+    assert [lg for lg, _ in launches] == [(264, 1, 1)] * (units // 264) + [(units % 264, 1, 1)]
+    assert [args(launch.GEMM, a)["first"] for _, a in launches] == list(range(0, units, 264))
+    assert prog.work_floats == 264 * 128 * 128
+
+
+def test_batches_beyond_the_grid_limit_take_several_launches(stubs):
+    p = plan(op("a", (70000, 2, 3), ptr=PA), op("b", (70000, 3, 2), ptr=PB), op("out", (70000, 2, 2), ptr=PD))
+    _, launches = run(p, {**BIG, "splits": 1}, stubs)
+    assert [lg[2] for lg, _ in launches] == [65535, 70000 - 65535]
+    second = args(launch.GEMM, launches[1][1])
+    assert (second["A"], second["B"], second["D"], second["count"]) == (PA + 4 * 65535 * 6, PB + 4 * 65535 * 6,
+                                                                       PD + 4 * 65535 * 4, 70000 - 65535)
+
+
+def test_k_zero_only_scales_c(stubs):
+    p = plan(op("a", (5, 0), ptr=PA), op("b", (0, 7), ptr=PB), op("out", (5, 7), ptr=PD))
+    prog, launches = run(p, None, stubs)
+    r = args(launch.REDUCE, launches[0][1])
+    assert prog.config is None and len(launches) == 1 and (r["splits"], r["D"], r["alpha"]) == (0, PD, 1.0)
+
+
+def test_a_rung_launches_once_per_product(stubs):
+    p = plan(op("a", (3, 40, 30), ptr=PA), op("b", (30, 50), ptr=PB), op("out", (3, 40, 50), ptr=PD),
+             kernel="02_smem_tiled")
+    prog, launches = run(p, None, stubs)
+    assert prog.config is None and len(launches) == 3
+    assert [args(launch.RUNG, a)["A"] for _, a in launches] == [PA + 4 * i * 1200 for i in range(3)]
+    assert [args(launch.RUNG, a)["B"] for _, a in launches] == [PB] * 3  # b broadcasts
+    assert [args(launch.RUNG, a)["C"] for _, a in launches] == [PD + 4 * i * 2000 for i in range(3)]
+    assert launches[0][0] == (4, 3, 1)
+
+
+def test_unaligned_operands_take_the_narrow_build(stubs):
+    p = plan(op("a", (64, 64), ptr=PA + 4), op("b", (64, 64), ptr=PB), op("out", (64, 64), ptr=PD))
+    dispatch.build(p, 0, (PA + 4, PB, 0, PD), lambda key: {**BIG, "splits": 1})
+    assert stubs.built[-1][2] == 1
+
+
+def test_the_selection_sees_the_oriented_problem(stubs):
+    seen = []
+    out = op("out", (300, 200), strides=(1, 300), ptr=PD)
+    p = plan(op("a", (300, 50), ptr=PA), op("b", (50, 200), ptr=PB), out)
+    dispatch.build(p, 0, (PA, PB, 0, PD), lambda key: seen.append(key) or {**BIG, "splits": 1})
+    assert seen == [("TT", 200, 300, 50, 1)]

@@ -1,0 +1,27 @@
+"""GPU-free: the scripts that are kept are documented in scripts/README.md and parse; the Python
+ones answer --help."""
+
+import py_compile
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+TOOLS = sorted(p for p in SCRIPTS.iterdir() if p.suffix in (".py", ".sh"))
+
+
+def test_every_script_is_documented():
+    readme = (SCRIPTS / "README.md").read_text()
+    assert TOOLS and all(f"`{p.name}" in readme for p in TOOLS), [p.name for p in TOOLS if f"`{p.name}" not in readme]
+
+
+@pytest.mark.parametrize("path", TOOLS, ids=lambda p: p.name)
+def test_script_parses(path):
+    if path.suffix == ".sh":
+        subprocess.run(["bash", "-n", str(path)], check=True)
+    else:
+        py_compile.compile(str(path), doraise=True)
+        res = subprocess.run([sys.executable, str(path), "--help"], capture_output=True, text=True)
+        assert res.returncode == 0 and "usage:" in res.stdout, res.stderr

@@ -1,61 +1,81 @@
 """Time variant sources of a kernel (default the family, gemm.cu) beside cuBLAS, each checked
-against float64.
+against float64, and write a results file.
 
-usage: python scripts/variants.py [--kernel NAME] --tag NAME --sizes 4096 --layouts NN NT -- FILE[:k=v,...] ...
-FILE: a .cu file that builds like the kernel's own (same entry and parameters), or its shipped
-file name (e.g. "gemm.cu"); the config is the kernel's default unless given.  Each variant
-replaces the kernel's source for its own rows only.  Results: $OUT/<gpu>-<date>-<tag>.json.
+usage: python scripts/variants.py --tag NAME [--kernel NAME] [--sizes SHAPE ...] [--layouts NN ...] -- FILE[:k=v,...] ...
+FILE: a .cu file that builds like the kernel's own (same entry and parameters), or the kernel's
+shipped file name (e.g. gemm.cu); the config is the kernel's default unless given.  Each variant
+runs in a process of its own whose kernel folder (TILEGEMM_KERNEL_DIR) is a copy of the shipped
+one with the kernel's file replaced.  Results: $OUT (else benchmarks/results)/<gpu>-<date>-<tag>.json.
 """
 import argparse
+import json
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
-from tilegemm import api, bench, cli, compiler, registry, runtime
 
+def child(spec_json: str) -> int:
+    """One variant, in this process: its rows as JSON on stdout's last line."""
+    from dataclasses import asdict
 
-def use_source(spec, path: str) -> None:
-    object.__setattr__(spec, "file", path)
-    for memo in (api._launchers, api._prepared, api._fast):
-        memo.clear()
-    compiler.clear_memory_cache()
+    from tilegemm import bench, gpu, registry
+
+    job = json.loads(spec_json)
+    spec = registry.get(job["kernel"])
+    arch = gpu.device_properties().arch
+    rows = []
+    for layout in job["layouts"]:
+        r = spec.compile(job["config"], layout=layout, arch=arch).resources
+        print(f"{job['label']} {layout} regs {r.registers} spills {r.spill_stores}/{r.spill_loads}", file=sys.stderr)
+    for M, N, K, batch in job["sizes"]:
+        for layout in job["layouts"]:
+            for r in bench.measure([(spec.name, job["config"])], M, N, K, layout, batch=batch):
+                if r.kernel != "cublas":
+                    r.kernel = job["label"]
+                rows.append(asdict(r))
+                print(f"{layout} {M}x{N}x{K} {r.kernel:14s} {r.tflops:7.2f} TFLOPS {r.ratio:6.3f}x err {r.rel_err:.1e}",
+                      file=sys.stderr, flush=True)
+    print(json.dumps(rows))
+    return 0
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser()
+    from tilegemm import compiler, registry, results
+    from tilegemm.parsing import parse_config, parse_shape
+
+    p = argparse.ArgumentParser(prog="scripts/variants.py", description=__doc__.split("\n")[0])
     p.add_argument("--tag", required=True)
     p.add_argument("--kernel", default=registry.FAMILY.name)
-    p.add_argument("--sizes", nargs="+", default=["4096"])
-    p.add_argument("--layouts", nargs="+", default=["NN"])
+    p.add_argument("--sizes", nargs="+", type=parse_shape, default=[parse_shape("4096")])
+    p.add_argument("--layouts", nargs="+", default=["NN"], choices=registry.LAYOUTS)
     p.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
     p.add_argument("entries", nargs="+")
     args = p.parse_args(argv)
-    arch = runtime.device_properties().arch
     spec = registry.get(args.kernel)
-    shipped = spec.file
     rows = []
     for entry in args.entries:
         path, _, cfg = entry.partition(":")
-        cfg = cli.parse_config(cfg) if cfg else dict(spec.defaults)
-        src = shipped if path == shipped else str(Path(path).resolve())
-        use_source(spec, src)
-        for layout in args.layouts:
-            r = spec.compile(cfg, layout=layout, arch=arch).resources
-            print(f"{path} {layout} regs {r.registers} spills {r.spill_stores}/{r.spill_loads}", flush=True)
-        for size in args.sizes:
-            M, N, K = bench.parse_size(size)
-            for layout in args.layouts:
-                for r in bench.measure([(spec.name, cfg)], M, N, K, layout):
-                    if r.kernel != "cublas":
-                        r.kernel = Path(path).stem
-                    rows.append(r)
-                    print(f"{layout} {M}x{N}x{K} {r.kernel:14s} "
-                          f"{r.tflops:7.2f} TFLOPS {r.ratio:6.3f}x err {r.rel_err:.1e}", flush=True)
-    use_source(spec, shipped)
-    out = bench.write_results(bench.results_document(rows, what=" ".join(sys.argv[1:])), args.out, args.tag)
-    print("wrote", out)
+        source = compiler.KERNEL_DIR / spec.file if path == spec.file else Path(path).resolve()
+        with tempfile.TemporaryDirectory(prefix="tilegemm-variant-") as folder:
+            for f in compiler.KERNEL_DIR.iterdir():
+                shutil.copy(f, folder)
+            shutil.copy(source, Path(folder) / spec.file)
+            job = {"kernel": spec.name, "label": Path(path).stem, "config": parse_config(cfg) or dict(spec.defaults),
+                   "sizes": args.sizes, "layouts": args.layouts}
+            env = {**os.environ, "TILEGEMM_KERNEL_DIR": folder}
+            done = subprocess.run([sys.executable, __file__, "--child", json.dumps(job)], env=env, stdout=subprocess.PIPE,
+                                  text=True, check=True)
+            rows += json.loads(done.stdout.strip().splitlines()[-1])
+    path = results.write(results.document(rows, cmd=results.command(["python scripts/variants.py"] + sys.argv[1:])),
+                         args.out, args.tag)
+    print("wrote", path)
     return 0
 
 
 if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        sys.exit(child(sys.argv[2]))
     sys.exit(main())

@@ -40,7 +40,7 @@ def main(argv=None) -> int:
                 cfg = ",".join(f"{k}={v}" for k, v in (r.config or {}).items())
                 print(f"{layout} {format_shape(M, N, K, batch)} {r.kernel:12s} {r.tflops:7.2f} TFLOPS {r.ratio:6.3f}x "
                       f"err {r.rel_err:.1e} {cfg}", flush=True)
-    path = results.write(results.document(rows, cmd=results.command(["python scripts/sweep.py"] + sys.argv[1:])),
+    path = results.write(results.document(rows, cmd=results.command(prog="python scripts/sweep.py")),
                          args.out, args.tag)
     print("wrote", path)
     return 0

@@ -69,7 +69,7 @@ def main(argv=None) -> int:
             done = subprocess.run([sys.executable, __file__, "--child", json.dumps(job)], env=env, stdout=subprocess.PIPE,
                                   text=True, check=True)
             rows += json.loads(done.stdout.strip().splitlines()[-1])
-    path = results.write(results.document(rows, cmd=results.command(["python scripts/variants.py"] + sys.argv[1:])),
+    path = results.write(results.document(rows, cmd=results.command(prog="python scripts/variants.py")),
                          args.out, args.tag)
     print("wrote", path)
     return 0

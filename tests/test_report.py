@@ -98,3 +98,14 @@ def test_suite_view():
     assert "| 8³ | 2.0 | 1.0 (50%) | 64x64x16 t4x4 ln8 minb4 split2 (shipped) |" in text
     assert "| 4 x 8³ | 3.0 |  |  |" in text
     assert "tilegemm 0.500x" in text and "tilegemm 64³ 9.0" in text
+
+
+def test_a_new_results_document_records_command_and_commit(monkeypatch):
+    from tilegemm import results
+
+    env = {"gpu": "Test GPU", "sm": "90", "sms": 132, "driver": "1", "versions": {}}
+    doc = results.document([], env=env, cmd=results.command(["x", "--sizes", "4096x4096x4096", "a b"], prog="tilegemm"))
+    assert doc["command"] == "tilegemm --sizes 4096x4096x4096 'a b'"
+    assert re.fullmatch(r"[0-9a-f]{40}(\+dirty)?|unknown", doc["commit"]), doc["commit"]
+    monkeypatch.setenv("TILEGEMM_COMMIT", "0123456789" * 4)
+    assert results.document([], env=env)["commit"] == "0123456789" * 4

@@ -364,7 +364,7 @@ def main(argv=None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a bad argument (already reported)
         return int(exc.code or 0)
-    args.command_line = results.command(["tilegemm"] + argv)
+    args.command_line = results.command(["tilegemm"] + argv, prog="tilegemm")
     try:
         return args.func(args)
     except KeyboardInterrupt:

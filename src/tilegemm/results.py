@@ -41,9 +41,10 @@ def commit() -> str:
 
 
 def command(argv: list[str] | None = None, prog: str | None = None) -> str:
-    """The command line that is running (``prog`` replaces argv[0], e.g. "tilegemm")."""
+    """The command line that is running; ``prog`` (e.g. "tilegemm", "python scripts/sweep.py")
+    replaces argv[0] as it is, the arguments are quoted for a shell."""
     argv = list(sys.argv if argv is None else argv)
-    return shlex.join([prog or argv[0]] + argv[1:])
+    return " ".join([prog or shlex.quote(argv[0])] + [shlex.quote(a) for a in argv[1:]])
 
 
 def environment() -> dict:

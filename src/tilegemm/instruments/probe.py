@@ -197,7 +197,7 @@ def bandwidth(nbytes: int, reps: int) -> float:
 
 
 def measure_peaks() -> dict:
-    return {"schema": results.SCHEMA, "kind": "peaks", "command": results.command(), "commit": results.commit(),
+    return {"schema": results.SCHEMA, "kind": "peaks", "command": results.command(prog="python -m tilegemm.instruments.probe"), "commit": results.commit(),
             "date": _today(), **results.environment(),
             "fp32_tflops": fp32_peak(), "dram_gbs": bandwidth(2 << 30, 1), "l2_gbs": bandwidth(16 << 20, 64)}
 
@@ -285,7 +285,7 @@ def main(argv=None) -> int:
             if rows:
                 kernel_rows[f.stem] = rows[-1]
         env = results.environment() if gpu.have_gpu() else {}
-        doc = {"schema": results.SCHEMA, "kind": "banks", "command": results.command(), "commit": results.commit(),
+        doc = {"schema": results.SCHEMA, "kind": "banks", "command": results.command(prog="python -m tilegemm.instruments.probe"), "commit": results.commit(),
                "date": _today(), **env,
                **compare(cases, read_ncu_csv(a.probe_csv), kernel_rows)}
         Path(a.out).write_text(json.dumps(doc, indent=1) + "\n")

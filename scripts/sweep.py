@@ -6,22 +6,25 @@ BATCHxMxNxK or N.  Results go to DIR (default $OUT, else benchmarks/results) as
 <gpu>-<date>-<tag>.json, recording this command and the commit (set TILEGEMM_COMMIT on a machine
 whose copy of the checkout has no .git).
 """
-import argparse
 import os
 import sys
 
 from tilegemm import bench, gpu, registry, results
-from tilegemm.parsing import format_shape, parse_config, parse_shape
+from tilegemm.parsing import ArgParser, argtype, format_shape, parse_args, parse_config, parse_shape, run_command
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="scripts/sweep.py", description=__doc__.split("\n")[0])
+    p = ArgParser(prog="scripts/sweep.py", description=__doc__.split("\n")[0])
     p.add_argument("--tag", required=True)
-    p.add_argument("--sizes", nargs="+", type=parse_shape, default=[parse_shape("4096")])
+    p.add_argument("--sizes", nargs="+", type=argtype(parse_shape, "shape"), default=[parse_shape("4096")])
     p.add_argument("--layouts", nargs="+", default=["NN"], choices=registry.LAYOUTS)
     p.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
     p.add_argument("entries", nargs="+")
-    args = p.parse_args(argv)
+    args = parse_args(p, argv)
+    return args if isinstance(args, int) else run_command(run, args)
+
+
+def run(args) -> int:
     kernels = []
     for e in args.entries:
         name, _, cfg = e.partition(":")

@@ -7,7 +7,6 @@ shipped file name (e.g. gemm.cu); the config is the kernel's default unless give
 runs in a process of its own whose kernel folder (TILEGEMM_KERNEL_DIR) is a copy of the shipped
 one with the kernel's file replaced.  Results: $OUT (else benchmarks/results)/<gpu>-<date>-<tag>.json.
 """
-import argparse
 import json
 import os
 import shutil
@@ -16,12 +15,15 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tilegemm import compiler, registry, results
+from tilegemm.parsing import ArgParser, argtype, parse_args, parse_config, parse_shape, run_command
+
 
 def child(spec_json: str) -> int:
     """One variant, in this process: its rows as JSON on stdout's last line."""
     from dataclasses import asdict
 
-    from tilegemm import bench, gpu, registry
+    from tilegemm import bench, gpu
 
     job = json.loads(spec_json)
     spec = registry.get(job["kernel"])
@@ -43,17 +45,18 @@ def child(spec_json: str) -> int:
 
 
 def main(argv=None) -> int:
-    from tilegemm import compiler, registry, results
-    from tilegemm.parsing import parse_config, parse_shape
-
-    p = argparse.ArgumentParser(prog="scripts/variants.py", description=__doc__.split("\n")[0])
+    p = ArgParser(prog="scripts/variants.py", description=__doc__.split("\n")[0])
     p.add_argument("--tag", required=True)
     p.add_argument("--kernel", default=registry.FAMILY.name)
-    p.add_argument("--sizes", nargs="+", type=parse_shape, default=[parse_shape("4096")])
+    p.add_argument("--sizes", nargs="+", type=argtype(parse_shape, "shape"), default=[parse_shape("4096")])
     p.add_argument("--layouts", nargs="+", default=["NN"], choices=registry.LAYOUTS)
     p.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
     p.add_argument("entries", nargs="+")
-    args = p.parse_args(argv)
+    args = parse_args(p, argv)
+    return args if isinstance(args, int) else run_command(run, args)
+
+
+def run(args) -> int:
     spec = registry.get(args.kernel)
     rows = []
     for entry in args.entries:

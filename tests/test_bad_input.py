@@ -296,4 +296,29 @@ def test_the_command_line_rejects(case, capsys):
 
 
 def test_the_table_is_long_enough():
-    assert len(API) + len(CLI) >= 30 + 30
+    assert len(API) + len(CLI) + len(OTHER) >= 30 + 30
+
+
+OTHER = [
+    ("probe-kernel", ["-m", "tilegemm.instruments.probe", "launch", "nope", "64"], "kernel='nope' is not a tilegemm kernel"),
+    ("probe-batch", ["-m", "tilegemm.instruments.probe", "launch", "gemm", "2x3x4x5"], "launch takes one product"),
+    ("probe-layout", ["-m", "tilegemm.instruments.probe", "launch", "gemm", "64", "--layout", "XY"], "invalid choice"),
+    ("probe-shape", ["-m", "tilegemm.instruments.probe", "launch", "gemm", "4096x"], "shape '4096x' is not MxNxK"),
+    ("sweep-shape", ["scripts/sweep.py", "--tag", "t", "--sizes", "0x1x1", "--", "gemm"], "has a zero"),
+    ("sweep-kernel", ["scripts/sweep.py", "--tag", "t", "--", "nope"], "kernel='nope' is not a tilegemm kernel"),
+    ("variants-shape", ["scripts/variants.py", "--tag", "t", "--sizes", "1x2x3x4x5", "--", "gemm.cu"], "has 5 numbers"),
+]
+
+
+@pytest.mark.parametrize("case", OTHER, ids=[c[0] for c in OTHER])
+def test_the_other_commands_reject(case):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    _, argv, message = case
+    res = subprocess.run([sys.executable, *argv], capture_output=True, text=True, cwd=Path(__file__).parents[1])
+    assert res.returncode == 2, (res.returncode, res.stderr)
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and re.search(message, lines[0]), res.stderr
+    assert "Traceback" not in res.stdout + res.stderr

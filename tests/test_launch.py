@@ -29,8 +29,8 @@ def _c_params(text: str) -> list[tuple[str, str]]:
     return out
 
 
-def _declared(sig: launch.Signature) -> list[tuple[str, str]]:
-    src = (KERNEL_DIR / sig.file).read_text()
+def _declared(sig: launch.Signature, folder=KERNEL_DIR) -> list[tuple[str, str]]:
+    src = (folder / sig.file).read_text()
     if sig is launch.RUNG:
         m = re.search(r"#define TG_GEMM_PARAMS((?:.*\\\n)*.*)", src)
         return _c_params(m.group(1).replace("\\\n", " "))
@@ -41,6 +41,14 @@ def _declared(sig: launch.Signature) -> list[tuple[str, str]]:
 @pytest.mark.parametrize("sig", [launch.GEMM, launch.REDUCE, launch.RUNG], ids=lambda s: s.entry)
 def test_signatures_match_the_kernels(sig):
     assert _declared(sig) == list(sig.fields)
+
+
+@pytest.mark.parametrize("name", ["BANK_PROBE", "BW_PROBE", "FP32_PEAK"])
+def test_probe_signatures_match_the_probe_kernels(name):
+    from tilegemm.instruments import probe
+
+    sig = getattr(probe, name)
+    assert _declared(sig, probe.PROBE_KERNELS) == list(sig.fields)
 
 
 def test_every_rung_uses_the_shared_signature():

@@ -35,8 +35,9 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, out=None, kernel: str | None = No
     out = _from_dlpack(out, "out") if out is not None else None
     p = plan(describe(a, "a"), describe(b, "b"), describe(out, "out") if out is not None else None, kernel,
              config, describe(c, "c") if c is not None else None, alpha, beta, pdl)
+    generation = selection.generation()
     result, program = dispatch.run(p, choose_config)
-    fastpath.remember(p, program)
+    fastpath.remember(p, program, generation)
     return result
 
 

@@ -1,30 +1,25 @@
 """The ``tilegemm`` command line (also ``python -m tilegemm``).
 
-Every argument is checked before any work starts; a bad one gets a one-line error on stderr and
-exit status 2, a failure during the work one line and status 1.  No tracebacks (TILEGEMM_DEBUG=1
-shows them).
+Every argument is checked before any work starts; errors are one line on stderr (parsing.py's
+``ArgParser`` and ``run_command``): status 2 for bad input, 1 for a failure during the work.  No
+tracebacks (TILEGEMM_DEBUG=1 shows them).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from . import __version__, api, compiler, gpu, registry, results
-from .errors import TilegemmError
-from .parsing import SHAPE_HELP, format_shape, parse_config, parse_shape
+from .parsing import SHAPE_HELP, ArgParser, argtype, format_shape, parse_args, parse_config, parse_shape, run_command
 
 DEFAULT_SIZES = ["1024", "2048", "4096", "4095"]
 
 console = Console()
-errors = Console(stderr=True)
 
 
 def _add_columns(table: Table, cols, left=("kernel", "shape", "layout", "what changed")) -> None:
@@ -230,7 +225,8 @@ def cmd_tune(args) -> int:
         entries = {selection.entry_key(r["layout"], selection.bucket(r["M"], r["N"], r["K"], r["count"])):
                    {"config": r["config"], "tflops": r["tflops"], "ms": r["ms"],
                     "shape": [r["M"], r["N"], r["K"], r["count"]]} for r in tuned}
-        selection.merge_entries(ship, entries, {"gpu": sel.props.name})
+        selection.merge_entries(ship, entries, {"gpu": sel.props.name, "command": args.command_line,
+                                                "commit": results.commit()})
         console.print(f"table written to {ship}")
     if args.out:
         doc = {"schema": results.SCHEMA, "kind": "tune", "command": args.command_line, "commit": results.commit(),
@@ -254,24 +250,6 @@ def cmd_explain(args) -> int:
     return 0
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, no usage block
-        errors.print(f"[red]error:[/red] {escape(self.prog)}: {escape(message)} (see {self.prog} --help)",
-                     soft_wrap=True, highlight=False)
-        raise SystemExit(2)
-
-
-def _type(fn, what: str):
-    """An argparse type from a parser: its ValueError becomes argparse's one-line error."""
-    def convert(text):
-        try:
-            return fn(text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-    convert.__name__ = what
-    return convert
-
-
 def _tag(text: str) -> str:
     if not text or not all(ch.isalnum() or ch in "._-" for ch in text):
         raise ValueError(f"tag {text!r} may hold only letters, digits, '.', '_' and '-'")
@@ -284,15 +262,15 @@ def _positive(text: str) -> int:
     return int(text)
 
 
-SHAPE, CONFIG, ARCH, POSITIVE, TAG = (_type(parse_shape, "shape"), _type(parse_config, "config"),
-                                      _type(compiler.normalize_arch, "arch"), _type(_positive, "count"),
-                                      _type(_tag, "tag"))
+SHAPE, CONFIG, ARCH, POSITIVE, TAG = (argtype(parse_shape, "shape"), argtype(parse_config, "config"),
+                                      argtype(compiler.normalize_arch, "arch"), argtype(_positive, "count"),
+                                      argtype(_tag, "tag"))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="tilegemm", description="FP32 GEMM kernels for NVIDIA GPUs")
+def build_parser() -> ArgParser:
+    parser = ArgParser(prog="tilegemm", description="FP32 GEMM kernels for NVIDIA GPUs")
     parser.add_argument("--version", action="version", version=f"tilegemm {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=ArgParser)
     layouts = dict(nargs="+", default=["NN"], choices=registry.LAYOUTS)
 
     p = sub.add_parser("bench", help="verify and time kernels beside cuBLAS; write a results JSON",
@@ -331,8 +309,9 @@ def build_parser() -> argparse.ArgumentParser:
                        description="For each shape: enumerate configs from the constraints, prune with "
                        "the resource model, compile in parallel, check each against float64, time the "
                        "rest, and record the fastest in the tuning cache (later calls use it).")
-    p.add_argument("--shapes", nargs="+", metavar="SHAPE", type=SHAPE, help=f"{SHAPE_HELP}; default: the bench suite")
-    p.add_argument("--suite", action="store_true", help="the bench suite (the default)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--shapes", nargs="+", metavar="SHAPE", type=SHAPE, help=f"{SHAPE_HELP}; default: the bench suite")
+    which.add_argument("--suite", action="store_true", help="the bench suite (the default)")
     p.add_argument("--layouts", **layouts, help="layouts to tune; default: NN (other layouts fall back to NN's entry)")
     p.add_argument("--top", type=POSITIVE, default=24, help="candidates timed per shape; default: %(default)s")
     p.add_argument("--ship", metavar="DIR", help="also write the results as a shippable table into DIR")
@@ -360,28 +339,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exc:  # --help, --version, or a bad argument (already reported)
-        return int(exc.code or 0)
+    args = parse_args(build_parser(), argv)
+    if isinstance(args, int):
+        return args
     args.command_line = results.command(["tilegemm"] + argv, prog="tilegemm")
-    try:
-        return args.func(args)
-    except KeyboardInterrupt:
-        status, message = 130, "interrupted"
-    except Exception as exc:
-        if os.environ.get("TILEGEMM_DEBUG") == "1":
-            raise
-        if isinstance(exc, (ValueError, TypeError)):  # bad input (ConfigError is a ValueError)
-            status, message = 2, str(exc)
-        elif isinstance(exc, (TilegemmError, OSError, RuntimeError)):
-            status, message = 1, str(exc)
-        else:  # a bug: still one line, the traceback only on request
-            status, message = 1, f"internal error ({type(exc).__name__}: {exc}); TILEGEMM_DEBUG=1 shows the traceback"
-    first, _, rest = message.strip().partition("\n")
-    errors.print("[red]error:[/red] " + escape(first) + (" (the rest: TILEGEMM_DEBUG=1)" if rest.strip() else ""),
-                 soft_wrap=True, highlight=False)
-    return status
+    return run_command(args.func, args)
 
 
 if __name__ == "__main__":

@@ -329,9 +329,10 @@ def compile_file(
     arch: str | int | None = None,
     use_cache: bool = True,
 ) -> CompiledKernel:
-    """Compile ``kernels/<filename>`` (or a path) with ``defines`` for ``arch``."""
+    """Compile ``kernels/<filename>`` (or an absolute path) with ``defines`` for ``arch``.  A relative
+    name is always the package's kernel, never a file of that name in the working directory."""
     path = Path(filename)
-    if not path.is_absolute() and not path.exists():
+    if not path.is_absolute():
         path = KERNEL_DIR / filename
     return compile_source(
         path.name, path.read_text(), entry=entry, defines=defines, arch=arch, use_cache=use_cache

@@ -31,13 +31,21 @@ def stream_for(kind: str, device: int):
         return cupy.cuda.get_current_stream()
     import torch
 
-    handle = torch.cuda.current_stream(device).cuda_stream
-    stream = _ext_streams.get((device, handle))
+    ts = torch.cuda.current_stream(device)
+    stream = _ext_streams.get((device, ts.cuda_stream))
     if stream is None:
         if len(_ext_streams) > 256:
             _ext_streams.clear()
-        stream = _ext_streams[(device, handle)] = cupy.cuda.ExternalStream(handle, device)
+        from_external = getattr(cupy.cuda.Stream, "from_external", None)
+        stream = from_external(ts) if from_external else cupy.cuda.ExternalStream(ts.cuda_stream, device)
+        _ext_streams[(device, ts.cuda_stream)] = stream
     return stream
+
+
+def stream_kind(p: Plan) -> str:
+    """"torch" where any operand is a torch tensor (the call then runs on torch's current stream,
+    in order with the torch work around it), else "cupy"."""
+    return "torch" if any(m is not None and m.op.kind == "torch" for m in (p.a, p.b, p.c, p.out)) else "cupy"
 
 
 def empty(kind: str, shape: tuple, device: int, stream, colmajor: bool = False):
@@ -97,8 +105,8 @@ def run(p: Plan, choose):
             def copy(m):
                 return None if m is None else describe(cupy.asarray(m.op.obj), m.op.name)
             p = _again(p, copy(p.a), copy(p.b), copy(p.c), None)
-        kind = "torch" if p.a.op.kind == "torch" else "cupy"
-        stream = stream_for(kind, device)
+        kind = "torch" if p.a.op.kind == "torch" else "cupy"  # the result's type: a's
+        stream = stream_for(stream_kind(p), device)
         if p.out is None:
             result = empty(kind, p.batch + (p.M, p.N), device, stream, p.out_colmajor)
             pd = pointer(result)
@@ -152,7 +160,7 @@ def build(p: Plan, device: int, ptrs: tuple, choose) -> Program:
 def _reduce_step(p, g, device, at, offs, splits, ldw, beta, alpha=None) -> Step:
     """D = alpha * (the sum of W's ``splits`` planes, rows of ldw floats) + beta * C; splits = 0
     gives beta * C (K = 0).  float4 accesses where N, D (and C, when read) allow them."""
-    sa, sb, sc, sd = g.strides
+    sc, sd = g.strides[2:]
     fn = reducer(device)
     ops = [(at[D], g.ldd, sd)] + ([(at[C], g.ldc, sc)] if beta != 0.0 else [])
     vec = 4 if g.N % 4 == 0 and ldw % 4 == 0 and vector_width(*ops) == 4 else 1
@@ -166,40 +174,40 @@ def _reduce_step(p, g, device, at, offs, splits, ldw, beta, alpha=None) -> Step:
 
 def _rung(p, g, device, at, offs) -> list[Step]:
     """A ladder rung: one launch per product of the batch (C = A B, no alpha or beta)."""
-    sa, sb, sc, sd = g.strides
+    sa, sb, _, sd = g.strides
     vec = vector_width((at[A], g.lda, sa), (at[B], g.ldb, sb), (at[D], g.ldd, sd))
     fn = launcher(p.kernel, g.layout, vec, device, p.config, (g.lda, g.ldb))
     grid = fn.spec.grid(g.M, g.N, fn.params)
     if grid[1] > 65535 or grid[0] > 2**31 - 1:
         raise ValueError(f"M = {g.M} is too large for {p.kernel}'s grid (at most 65535 block rows)")
-    go = fn.prepare(grid, False)
     args = tuple(RUNG.values(M=g.M, N=g.N, K=g.K, A=0, lda=g.lda, B=0, ldb=g.ldb, C=0, ldc=g.ldd))
-    slots = (RUNG.slot("A"), RUNG.slot("B"), RUNG.slot("C"))
-    return [Step(go, args, tuple(zip(slots, (A, B, D), (offs[A] + 4 * i * sa, offs[B] + 4 * i * sb,
-                                                          offs[D] + 4 * i * sd))))
-            for i in range(g.count)]
+    ptrs = ((RUNG.slot("A"), A, offs[A]), (RUNG.slot("B"), B, offs[B]), (RUNG.slot("C"), D, offs[D]))
+    return [Step(fn.prepare(grid, False), args, ptrs, repeat=g.count, strides=(4 * sa, 4 * sb, 4 * sd))]
 
 
 def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
     """The family's launches for one run of the batch, and the workspace they need (floats)."""
     sa, sb, sc, sd = g.strides
-    splits = max(1, min(int(config.get("splits", 1)), -(-g.K // 4)))
     cfg = {k: v for k, v in config.items() if k != "splits"}
+    sk = cfg.get("sk", 0)
+    splits = 1 if sk == 1 else max(1, min(int(config.get("splits", 1)), -(-g.K // 4)))
     ops = [(at[A], g.lda, sa), (at[B], g.ldb, sb), (at[D], g.ldd, sd)] + ([(at[C], g.ldc, sc)] if beta else [])
     fn = launcher(FAMILY, g.layout, vector_width(*ops), device, tuple(sorted(cfg.items())), (g.lda, g.ldb))
     bm, bn = fn.spec.tile(fn.params)
     tiles = -(-g.M // bm) * -(-g.N // bn)
-    if tiles * g.count > 2**31 - 1:
+    units = tiles * (g.count if sk else 1) * (splits if sk == 2 else 1)  # blocks one grid indexes
+    if units > 2**31 - 1:
         raise ValueError(f"{g.count} x {g.M} x {g.N} has too many {bm} x {bn} tiles for one grid")
     k_split = -(-(-(-g.K // splits)) // 4) * 4  # splits start at multiples of 4 (16-byte aligned loads)
     base = dict(M=g.M, N=g.N, K=g.K, A=0, lda=g.lda, sA=sa, B=0, ldb=g.ldb, sB=sb, C=0, ldc=g.ldc, sC=sc,
                 D=0, ldd=g.ldd, sD=sd, alpha=p.alpha, beta=beta, k_split=k_split, splits=splits, W=0, flags=0,
                 epoch=0, count=g.count, first=0)
     ptr = {n: GEMM.slot(n) for n in "ABCDW"}
-    sk = cfg.get("sk", 0)
     if sk:
         resident = fn.resident_blocks()
-        units = g.count * tiles * (1 if sk == 1 else splits)
+        if resident < 1:
+            raise RuntimeError(f"{'stream-K' if sk == 1 else 'split-K'} config {fn.params} fits no block on an "
+                               f"SM of device {device}")
         if sk == 1:  # stream-K: as many blocks as are resident, sharing the k-iterations evenly
             per = max(1, min(resident, units * -(-g.K // fn.params["bk"])))
         else:  # split-K summed in the kernel: a launch holds whole tiles, no more blocks than are resident

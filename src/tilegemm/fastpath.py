@@ -13,8 +13,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from . import gpu
-from .dispatch import empty, pointer, stream_for
+from . import gpu, selection
+from .dispatch import empty, pointer, stream_for, stream_kind
 from .launch import Program
 from .plan import Plan
 
@@ -30,6 +30,8 @@ class Entry:
     program: Program | None  # None: nothing to launch (an empty result)
     device: int
     kind: str  # "cupy" | "torch": the result's type
+    stream: str  # "cupy" | "torch": whose current stream the call runs on
+    generation: int | None  # the selection's generation its config was chosen in (None: given)
     shape: tuple  # the result's shape
     alloc: tuple  # the shape it is allocated in: batch + (M, N)
     spans: tuple  # (lo, hi) byte extents of a, b and out relative to their pointers
@@ -57,15 +59,21 @@ def call(a, b, out, kernel, config, pdl):
     """The result of a remembered call, or MISS."""
     ma, mb = _meta(a), _meta(b)
     mo = _meta(out) if out is not None else _NO_OUT
-    if ma is None or mb is None or mo is None:
+    if ma is None or mb is None or mo is None or type(pdl) is not bool:
         return MISS
+    if config is not None:  # only what the full path accepts as it is: a dict of ints (it reports the rest)
+        if type(config) is not dict or any(type(v) is not int for v in config.values()):
+            return MISS
+        config = tuple(sorted(config.items()))
     try:
-        e = _memo.get(_key(ma, mb, mo, kernel, tuple(sorted(config.items())) if config else (), pdl))
-    except TypeError:  # an unhashable or unsortable config: the full path reports it
+        e = _memo.get(_key(ma, mb, mo, kernel, config or (), pdl))
+    except TypeError:  # unhashable: the full path reports it
         return MISS
     if e is None or gpu.cupy().cuda.runtime.getDevice() != e.device:
         return MISS
-    stream = stream_for(e.kind, e.device)
+    if e.generation is not None and e.generation != selection.generation():
+        return MISS  # the tuning cache changed since its config was chosen
+    stream = stream_for(e.stream, e.device)
     if out is not None:  # the overlap test depends on the pointers: redo it (the full path reports)
         (alo, ahi), (blo, bhi), (olo, ohi) = e.spans
         po = mo[1]
@@ -88,8 +96,9 @@ def _span(op) -> tuple:
     return lo - op.ptr, hi - op.ptr
 
 
-def remember(p: Plan, program: Program | None) -> None:
-    """Keep ``p``'s program for repeat calls, where the call is one the memo serves."""
+def remember(p: Plan, program: Program | None, generation: int | None = None) -> None:
+    """Keep ``p``'s program for repeat calls, where the call is one the memo serves; ``generation``:
+    the selection's generation its config was chosen in (None where the call named its config)."""
     if p.c is not None or p.alpha != 1.0 or p.host:
         return
     ma, mb = _meta(p.a.op.obj), _meta(p.b.op.obj)
@@ -97,7 +106,9 @@ def remember(p: Plan, program: Program | None) -> None:
     if ma is None or mb is None or mo is None:
         return
     spans = (_span(p.a.op), _span(p.b.op), _span(p.out.op) if p.out is not None else None)
-    entry = Entry(program, p.device, ma[0][0], p.shape, p.batch + (p.M, p.N), spans)
+    chosen = program is not None and program.config is not None and not p.config
+    entry = Entry(program, p.device, ma[0][0], stream_kind(p), generation if chosen else None, p.shape,
+                  p.batch + (p.M, p.N), spans)
     with _lock:
         if len(_memo) >= LIMIT:
             del _memo[next(iter(_memo))]

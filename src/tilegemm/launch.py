@@ -28,7 +28,7 @@ class Signature:
     "float", "ptr"."""
 
     entry: str
-    file: str  # the file that declares the entry (kernels/), checked by tests/test_launch.py
+    file: str  # the file that declares the entry, checked by tests/test_launch.py
     fields: tuple
 
     def __post_init__(self):
@@ -41,6 +41,11 @@ class Signature:
     def slot(self, name: str) -> int:
         return self._index[name]
 
+    @classmethod
+    def of(cls, entry: str, file: str, text: str) -> "Signature":
+        """From "M int, lda long long, A ptr, ..." (the parameters in order)."""
+        return cls(entry, file, tuple(tuple(f.strip().split(" ", 1)) for f in text.split(",")))
+
     def values(self, **kw) -> list:
         """The argument list: every field by name, as a Python int or float."""
         missing = [n for n, _ in self.fields if n not in kw]
@@ -50,22 +55,17 @@ class Signature:
         return [float(kw[n]) if t == "float" else int(kw[n]) for n, t in self.fields]
 
 
-def _fields(text: str) -> tuple:
-    """"M int, lda long long, ..." -> (("M", "int"), ("lda", "long long"), ...)"""
-    return tuple(tuple(f.strip().split(" ", 1)) for f in text.split(","))
-
-
 # gemm.cu's tilegemm_gemm (the family)
-GEMM = Signature("tilegemm_gemm", "gemm.cu", _fields(
+GEMM = Signature.of("tilegemm_gemm", "gemm.cu", (
     "M int, N int, K int, A ptr, lda long long, sA long long, B ptr, ldb long long, sB long long, C ptr, "
     "ldc long long, sC long long, D ptr, ldd long long, sD long long, alpha float, beta float, k_split int, "
     "splits int, W ptr, flags ptr, epoch int, count int, first int"))
 # splitk_reduce.cu's tilegemm_splitk_reduce: D = alpha * (the sum of W's splits) + beta * C
-REDUCE = Signature("tilegemm_splitk_reduce", "splitk_reduce.cu", _fields(
+REDUCE = Signature.of("tilegemm_splitk_reduce", "splitk_reduce.cu", (
     "M int, N int, batches int, splits int, W ptr, ldw long long, C ptr, ldc long long, sC long long, D ptr, "
     "ldd long long, sD long long, alpha float, beta float, vec int"))
 # every rung's tilegemm_kernel (TG_GEMM_PARAMS in tg_common.cuh): C = A B
-RUNG = Signature("tilegemm_kernel", "tg_common.cuh", _fields(
+RUNG = Signature.of("tilegemm_kernel", "tg_common.cuh", (
     "M int, N int, K int, A ptr, lda long long, B ptr, ldb long long, C ptr, ldc long long"))
 SIGNATURES = {s.entry: s for s in (GEMM, REDUCE, RUNG)}
 
@@ -171,13 +171,17 @@ A, B, C, D, W = range(5)  # the pointers a step takes: the operands, and the wor
 
 @dataclass(frozen=True)
 class Step:
-    """One launch: its arguments with pointers patched per run (slot, pointer, byte offset), and
-    for stream-K launches the (flags slot, epoch slot, blocks) of its hand-over flags."""
+    """One launch: its arguments with pointers patched per run (slot, pointer, byte offset), for
+    stream-K launches the (flags slot, epoch slot, blocks) of its hand-over flags, and ``repeat``:
+    launched that many times, each pointer moved on by its ``strides`` (bytes) every time (a rung's
+    batch, one launch per product)."""
 
     go: runtime.PreparedLaunch
     args: tuple
     ptrs: tuple
     flags: tuple | None = None
+    repeat: int = 1
+    strides: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -204,3 +208,7 @@ class Program:
                 f_slot, e_slot, blocks = st.flags
                 args[f_slot], args[e_slot] = sk_flags(self.device, stream, blocks)
             st.go(args, stream)
+            for _ in range(st.repeat - 1):
+                for (slot, _, _), step in zip(st.ptrs, st.strides):
+                    args[slot] += step
+                st.go(args, stream)

@@ -1,13 +1,20 @@
-"""The text every command takes: shapes and kernel configs, one syntax everywhere.
+"""The text every command takes, one syntax everywhere, and how every command reports an error.
 
 Shapes: ``MxNxK`` (C is M x N, the inner dimension K), ``BATCHxMxNxK`` (a batch of products), or
 ``N`` for the cube NxNxN; positive integers joined by ``x``, nothing else.  Configs:
 ``NAME=VALUE,NAME=VALUE`` with integer values.  Every error is one line that names the text.
+Commands (``tilegemm``, ``python -m tilegemm.instruments.probe``, the scripts) parse with
+``ArgParser`` and run with ``run_command``: a bad argument is one line on stderr and exit status 2,
+a failure during the work one line and status 1 (2 where the input was at fault); no tracebacks
+unless TILEGEMM_DEBUG=1.
 """
 
 from __future__ import annotations
 
+import argparse
+import os
 import re
+import sys
 
 _SHAPE = re.compile(r"[0-9]+(?:x[0-9]+)*")
 _MAX = 2**31 - 1
@@ -58,3 +65,57 @@ def parse_config(text: str | None) -> dict | None:
         except ValueError:
             raise ValueError(f"config {key}={value.strip()!r}: the value must be an integer") from None
     return out
+
+
+# --------------------------------------------------------------------------- commands
+
+
+class ArgParser(argparse.ArgumentParser):
+    """argparse with a one-line error (no usage block) and exit status 2."""
+
+    def error(self, message):
+        print(f"error: {self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def argtype(fn, name: str):
+    """An argparse type from one of the parsers here: its message becomes argparse's error."""
+    def convert(text):
+        try:
+            return fn(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    convert.__name__ = name
+    return convert
+
+
+def parse_args(parser: argparse.ArgumentParser, argv) -> argparse.Namespace | int:
+    """The parsed arguments, or the exit status where parsing ended (--help, --version, an error)."""
+    try:
+        return parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+
+
+def run_command(func, args) -> int:
+    """``func(args)``'s status, every exception reported as one line on stderr."""
+    from .errors import TilegemmError
+
+    try:
+        return int(func(args) or 0)
+    except KeyboardInterrupt:
+        status, message = 130, "interrupted"
+    except Exception as exc:
+        if os.environ.get("TILEGEMM_DEBUG") == "1":
+            raise
+        if isinstance(exc, (ValueError, TypeError)):  # bad input (ConfigError is a ValueError)
+            status, message = 2, str(exc)
+        elif isinstance(exc, MemoryError):
+            status, message = 1, f"out of memory: {exc}"
+        elif isinstance(exc, (TilegemmError, OSError, RuntimeError)):
+            status, message = 1, str(exc)
+        else:  # a bug: still one line, the traceback only on request
+            status, message = 1, f"internal error ({type(exc).__name__}: {exc}); TILEGEMM_DEBUG=1 shows the traceback"
+    first, _, rest = message.strip().partition("\n")
+    print("error: " + first + (" (the rest: TILEGEMM_DEBUG=1)" if rest.strip() else ""), file=sys.stderr)
+    return status

@@ -79,7 +79,10 @@ class LoadedKernel:
         return launch
 
     def launch(self, grid, block, types: tuple, args, *, smem: int = 0, stream=None, pdl: bool = False) -> None:
-        """``prepare(...)`` and launch it with ``args`` (Python numbers; pointers as ints)."""
+        """``prepare(...)`` and launch it with ``args`` (Python numbers; pointers as ints) on ``stream``
+        (default: CuPy's current stream)."""
+        if stream is None:
+            stream = gpu.cupy().cuda.get_current_stream()
         self.prepare(grid, block, types, smem, pdl)(args, stream)
 
     def max_active_blocks(self, threads: int, smem: int = 0) -> int:
@@ -92,14 +95,6 @@ class LoadedKernel:
                 driver.CUfunction(self._fn.ptr), int(threads), int(smem))
         check(err, "cuOccupancyMaxActiveBlocksPerMultiprocessor")
         return int(blocks)
-
-    def attribute(self, name: str) -> int:
-        """A CU_FUNC_ATTRIBUTE_* value, e.g. ``attribute("NUM_REGS")``."""
-        driver = _driver()
-        err, value = driver.cuFuncGetAttribute(
-            getattr(driver.CUfunction_attribute, f"CU_FUNC_ATTRIBUTE_{name}"), driver.CUfunction(self._fn.ptr))
-        check(err, "cuFuncGetAttribute")
-        return int(value)
 
 
 class PreparedLaunch:

@@ -215,13 +215,21 @@ class Selector:
         self.forget()
 
     def forget(self) -> None:
+        global _generation
         with self._lock:
             self._memo.clear()
             self._user = self._shipped = None
+            _generation += 1
 
 
 _selectors: dict[int, Selector] = {}
 _selectors_lock = threading.Lock()
+_generation = 0  # counts up whenever selections are forgotten (the tuning cache changed)
+
+
+def generation() -> int:
+    """Changes whenever what was selected may have changed (``forget``, ``record``, ``reset``)."""
+    return _generation
 
 
 def selector(device: int) -> Selector:
@@ -248,8 +256,10 @@ def forget() -> None:
 
 def reset() -> None:
     """Drop the selectors themselves (a changed TILEGEMM_TUNE_DIR takes effect)."""
+    global _generation
     with _selectors_lock:
         _selectors.clear()
+        _generation += 1
 
 
 def check_config(cfg: dict, limits: Limits) -> list[str]:

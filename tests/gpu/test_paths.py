@@ -66,3 +66,38 @@ def test_numpy_in_numpy_out_with_an_out_array(cp):
     out = np.full((3, 40, 50), np.nan, np.float32)
     assert tilegemm.matmul(a, b, out=out) is out
     assert np.abs(out - a.astype(np.float64) @ b).max() < 1e-4
+
+
+def test_a_torch_operand_puts_the_call_on_torch_s_stream(cp):
+    """A CuPy a with a torch b (or out): the launches go to torch's current stream, in order with
+    the torch work that made b and that reads out (repeat calls too)."""
+    torch = pytest.importorskip("torch")
+    s = torch.cuda.Stream()
+    a = cp.random.default_rng().standard_normal((300, 2000), dtype=np.float32)
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            b = torch.randn(2000, 500, device="cuda") * 2.0  # queued on s, not finished when matmul is called
+            out = torch.full((300, 500), float("nan"), device="cuda")
+            tilegemm.matmul(a, b, out=out)
+            res = out * 1.0  # torch reads out on s
+            s.synchronize()
+            ref = torch.as_tensor(a, device="cuda").double() @ b.double()
+            assert float(torch.linalg.norm(res.double() - ref) / torch.linalg.norm(ref)) < TOL
+
+
+def test_a_remembered_call_still_rejects_what_the_full_path_rejects(cp):
+    rng = cp.random.default_rng()
+    a = rng.standard_normal((64, 32), dtype=np.float32)
+    b = rng.standard_normal((32, 48), dtype=np.float32)
+    cfg = {"bm": 64, "bn": 64, "bk": 16, "tm": 4, "tn": 4, "ln": 8, "minb": 4, "swizzle": 8, "stages": 0}
+    for _ in range(2):  # the second call is a memo hit
+        assert _err(cp, tilegemm.matmul(a, b, config=cfg), a, b) < TOL
+        assert _err(cp, tilegemm.matmul(a, b), a, b) < TOL
+    with pytest.raises(tilegemm.ConfigError, match="must be an integer"):
+        tilegemm.matmul(a, b, config={**cfg, "bm": 64.0})
+    with pytest.raises(tilegemm.ConfigError, match="config must be a dict"):
+        tilegemm.matmul(a, b, config=list(cfg.items()))
+    with pytest.raises(tilegemm.ConfigError, match="config must be a dict"):
+        tilegemm.matmul(a, b, config=0)
+    with pytest.raises(TypeError, match="pdl must be True or False"):
+        tilegemm.matmul(a, b, pdl=1)

@@ -11,7 +11,6 @@ predicted against measured bank conflicts.  The probe kernels are in instruments
 
 from __future__ import annotations
 
-import argparse
 import csv
 import datetime
 import json
@@ -21,11 +20,17 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import compiler, gpu, results, runtime, timing
-from ..parsing import parse_config, parse_shape
+from .. import compiler, gpu, registry, results, runtime, timing
+from ..launch import Signature
+from ..parsing import ArgParser, argtype, parse_args, parse_config, parse_shape, run_command
 from . import banks, patterns
 
+PROG = "python -m tilegemm.instruments.probe"
 PROBE_KERNELS = Path(__file__).resolve().parent / "kernels"
+# the probe kernels' parameter lists (checked against their .cu files by tests/test_launch.py)
+BANK_PROBE = Signature.of("bank_probe", "bank_probe.cu", "offs ptr, out ptr")
+BW_PROBE = Signature.of("bw_probe", "bw_probe.cu", "p ptr, n4 long long, reps int, out ptr")
+FP32_PEAK = Signature.of("fp32_peak", "fp32_peak.cu", "out ptr, iters int, x float, y float")
 
 NCU_METRICS = (
     "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
@@ -132,7 +137,7 @@ def run_bank_probes(cases: list[dict]) -> None:
     for case in cases:
         fn = _probe_kernel("bank_probe", {"WIDTH": case["width"], "STORE": int(case["store"])})
         offs = cupy.asarray(np.array(case["addrs"], dtype=np.int32))
-        fn.launch((1, 1, 1), (32, 1, 1), ("ptr", "ptr"), (offs.data.ptr, out.data.ptr))
+        fn.launch((1, 1, 1), (32, 1, 1), BANK_PROBE.types, BANK_PROBE.values(offs=offs.data.ptr, out=out.data.ptr))
     cupy.cuda.Device().synchronize()
 
 
@@ -171,9 +176,8 @@ def fp32_peak(iters: int = 8192, chains: int = 16) -> float:
     fn = _probe_kernel("fp32_peak", {"CHAINS": chains})
     threads, blocks = 256, props.sms * (props.max_threads_per_sm // 256) * 4
     out = cupy.empty(threads * blocks, dtype=np.float32)
-    args = (out.data.ptr, iters, 0.999999, 1e-7)
-    ms = _median_ms(lambda: fn.launch((blocks, 1, 1), (threads, 1, 1), ("ptr", "int", "float", "float"), args),
-                    7, skip=1)
+    args = FP32_PEAK.values(out=out.data.ptr, iters=iters, x=0.999999, y=1e-7)
+    ms = _median_ms(lambda: fn.launch((blocks, 1, 1), (threads, 1, 1), FP32_PEAK.types, args), 7, skip=1)
     if not np.isfinite(out[:8].get()).all():
         raise RuntimeError("the FFMA peak kernel produced non-finite values")
     return 2.0 * chains * iters * threads * blocks / ms / 1e9
@@ -189,15 +193,15 @@ def bandwidth(nbytes: int, reps: int) -> float:
     blocks = props.sms * (props.max_threads_per_sm // 256)
 
     def launch():
-        fn.launch((blocks, 1, 1), (256, 1, 1), ("ptr", "long long", "int", "ptr"),
-                  (buf.data.ptr, nbytes // 16, reps, out.data.ptr))
+        fn.launch((blocks, 1, 1), (256, 1, 1), BW_PROBE.types,
+                  BW_PROBE.values(p=buf.data.ptr, n4=nbytes // 16, reps=reps, out=out.data.ptr))
 
     launch()  # warm-up (and L2 fill for the small buffer)
     return nbytes * reps / _median_ms(launch, 5) / 1e6
 
 
 def measure_peaks() -> dict:
-    return {"schema": results.SCHEMA, "kind": "peaks", "command": results.command(prog="python -m tilegemm.instruments.probe"), "commit": results.commit(),
+    return {"schema": results.SCHEMA, "kind": "peaks", "command": results.command(prog=PROG), "commit": results.commit(),
             "date": _today(), **results.environment(),
             "fp32_tflops": fp32_peak(), "dram_gbs": bandwidth(2 << 30, 1), "l2_gbs": bandwidth(16 << 20, 64)}
 
@@ -257,23 +261,16 @@ def _today() -> str:
     return datetime.date.today().isoformat()
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tilegemm.instruments.probe")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("cases"); p.add_argument("out")
-    p = sub.add_parser("banks"); p.add_argument("cases")
-    p = sub.add_parser("launch"); p.add_argument("name"); p.add_argument("shape", type=parse_shape)
-    p.add_argument("--config", type=parse_config); p.add_argument("--layout", default="NN")
-    p = sub.add_parser("peaks"); p.add_argument("out")
-    p = sub.add_parser("compare"); p.add_argument("cases"); p.add_argument("probe_csv")
-    p.add_argument("kernel_dir"); p.add_argument("out")
-    a = ap.parse_args(argv)
+def _run(a) -> int:
     if a.cmd == "cases":
         Path(a.out).write_text(json.dumps(probe_cases(), indent=1) + "\n")
     elif a.cmd == "banks":
         run_bank_probes(json.loads(Path(a.cases).read_text()))
     elif a.cmd == "launch":
-        M, N, K, _ = a.shape
+        M, N, K, batch = a.shape
+        if batch != 1:
+            raise ValueError(f"launch takes one product, MxNxK; got a batch of {batch}")
+        registry.get(a.name)
         launch_once(a.name, M, N, K, a.config, a.layout)
     elif a.cmd == "peaks":
         Path(a.out).write_text(json.dumps(measure_peaks(), indent=1) + "\n")
@@ -285,11 +282,26 @@ def main(argv=None) -> int:
             if rows:
                 kernel_rows[f.stem] = rows[-1]
         env = results.environment() if gpu.have_gpu() else {}
-        doc = {"schema": results.SCHEMA, "kind": "banks", "command": results.command(prog="python -m tilegemm.instruments.probe"), "commit": results.commit(),
-               "date": _today(), **env,
+        doc = {"schema": results.SCHEMA, "kind": "banks", "command": results.command(prog=PROG),
+               "commit": results.commit(), "date": _today(), **env,
                **compare(cases, read_ncu_csv(a.probe_csv), kernel_rows)}
         Path(a.out).write_text(json.dumps(doc, indent=1) + "\n")
     return 0
+
+
+def main(argv=None) -> int:
+    ap = ArgParser(prog=PROG)
+    sub = ap.add_subparsers(dest="cmd", required=True, parser_class=ArgParser)
+    p = sub.add_parser("cases"); p.add_argument("out")
+    p = sub.add_parser("banks"); p.add_argument("cases")
+    p = sub.add_parser("launch"); p.add_argument("name"); p.add_argument("shape", type=argtype(parse_shape, "shape"))
+    p.add_argument("--config", type=argtype(parse_config, "config"))
+    p.add_argument("--layout", default="NN", choices=registry.LAYOUTS)
+    p = sub.add_parser("peaks"); p.add_argument("out")
+    p = sub.add_parser("compare"); p.add_argument("cases"); p.add_argument("probe_csv")
+    p.add_argument("kernel_dir"); p.add_argument("out")
+    a = parse_args(ap, argv)
+    return a if isinstance(a, int) else run_command(_run, a)
 
 
 if __name__ == "__main__":

@@ -280,6 +280,10 @@ CLI = [
     ("explain-layout", ["explain", "gemm", "--layout", "XY"], "invalid choice: 'XY'"),
     ("explain-arch", ["explain", "gemm", "--arch", "sm_61"], "arch='sm_61' is not supported"),
     ("no-command", [], "the following arguments are required: command"),
+    ("bench-random-zero", ["bench", "--random", "0"], "'0' is not a positive integer"),
+    ("bench-seed-alone", ["bench", "--seed", "3"], "--seed draws shapes for --random N"),
+    ("bench-random-and-sizes", ["bench", "--random", "3", "--sizes", "64"], "not allowed with argument --random"),
+    ("bench-seed-negative", ["bench", "--random", "3", "--seed", "x1"], "'x1' is not a non-negative integer"),
 ]
 
 

@@ -45,7 +45,8 @@ def test_results_files_follow_schema_1():
     # instrument measurements carry a "kind" and their own body instead of timing rows
     bodies = {"banks": ("probes", "kernels", "cases"), "peaks": ("fp32_tflops", "dram_gbs", "l2_gbs"),
               "stalls": ("kernels",), "kernels": ("kernels", "command"), "clocks": ("phases", "samples"),
-              "timing": ("timings",), "overhead": ("runs",), "pdl": ("timings", "checks")}
+              "timing": ("timings",), "overhead": ("runs",), "pdl": ("timings", "checks"),
+              "random": ("rows", "seed", "draw"), "real": ("rows",)}
     for f in files:
         doc = json.loads(f.read_text())
         assert doc["schema"] == 1
@@ -109,3 +110,20 @@ def test_a_new_results_document_records_command_and_commit(monkeypatch):
     assert re.fullmatch(r"[0-9a-f]{40}(\+dirty)?|unknown", doc["commit"]), doc["commit"]
     monkeypatch.setenv("TILEGEMM_COMMIT", "0123456789" * 4)
     assert results.document([], env=env)["commit"] == "0123456789" * 4
+
+
+def test_draw_view():
+    from tilegemm.report import draw_table
+
+    def row(kernel, M, ratio):
+        return {"kernel": kernel, "M": M, "N": 512, "K": 4096, "layout": "NN", "batch": 1, "tflops": 40 * ratio,
+                "ratio": ratio, "selected": {"bm": 128, "bn": 128, "bk": 8, "source": "heuristic"} if kernel == "tilegemm"
+                else None}
+
+    rows = [r for i, x in enumerate([0.8, 0.95, 1.0, 1.1] * 5) for r in (row("cublas", 1000 + i, 1.0),
+                                                                          row("tilegemm", 1000 + i, x))]
+    doc = {"kind": "random", "seed": 7, "draw": {"lo": 128, "hi": 16384, "min_macs": 1024**3, "layouts": ["NN"]},
+           "gpu": "G", "driver": "d", "date": "2026-11-22", "rows": rows}
+    text = draw_table(doc)
+    assert "20 shapes drawn with seed 7" in text and "lowest 0.800x" in text and "below 1.00x: 10" in text
+    assert "below 0.90x: 5" in text and text.count("| 1") == 10 and "(heuristic)" in text

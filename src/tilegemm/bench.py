@@ -28,6 +28,7 @@ class Row:
     rel_err: float
     config: dict | None = None  # kernel parameters, where not the kernel's defaults
     selected: dict | None = None  # the tuned path: the config it chose and where from
+    case: str | None = None  # the case's name, in named sets (suites.REAL)
 
 
 def _torch_mm():
@@ -73,10 +74,11 @@ def available_references() -> list[str]:
     return out
 
 
-def measure(kernels, M, N, K, layout="NN", progress=None, batch=1, refs=()) -> list[Row]:
+def measure(kernels, M, N, K, layout="NN", progress=None, batch=1, refs=(), case=None,
+            target_s: float = 0.6) -> list[Row]:
     """cuBLAS, the other references (``refs``: "torch", "triton") and each kernel (a name, "gemm"
     for the default tuned path, or (name, config)): each checked against float64, then all timed
-    together (``time_interleaved``).  One Row each, cuBLAS first."""
+    together (``time_interleaved``, ``target_s`` each).  One Row each, cuBLAS first."""
     cupy = gpu.cupy()
     sets, outs = timing.input_sets(M, N, K, layout, batch)
     flop = 2.0 * M * N * K * batch
@@ -96,29 +98,17 @@ def measure(kernels, M, N, K, layout="NN", progress=None, batch=1, refs=()) -> l
     timed = [j for j, err in enumerate(errs) if err < TOLERANCE]
     ms = [float("nan")] * len(entries)
     runs = [lambda i, fn=entries[j][1]: fn(*sets[i], outs[i]) for j in timed]
-    for j, t in zip(timed, timing.time_interleaved(runs, len(sets))):
+    for j, t in zip(timed, timing.time_interleaved(runs, len(sets), target_s)):
         ms[j] = t
     ref_tflops = flop / ms[0] / 1e9
     rows = []
     for (name, _, config, selected), err, t in zip(entries, errs, ms):
         tflops = flop / t / 1e9
         rows.append(Row(name, M, N, K, layout, batch, tflops, t, ref_tflops, tflops / ref_tflops, err, config,
-                        selected))
+                        selected, case))
         if progress:
             progress(rows[-1])
     return rows
-
-
-# The reference suite (its figures at the time it was set are in the README) plus the other
-# layouts at 4096^3 and batched cases: (M, N, K, layout, batch)
-SUITE = [
-    (1024, 1024, 1024, "NN", 1), (2048, 2048, 2048, "NN", 1), (4096, 4096, 4096, "NN", 1),
-    (8192, 8192, 8192, "NN", 1), (4096, 4096, 1024, "NN", 1), (1024, 1024, 16384, "NN", 1),
-    (128, 4096, 4096, "NN", 1), (16, 4096, 4096, "NN", 1), (4095, 4095, 4095, "NN", 1),
-    (3000, 1000, 500, "NN", 1), (256, 256, 256, "NN", 1),
-    (4096, 4096, 4096, "NT", 1), (4096, 4096, 4096, "TN", 1), (4096, 4096, 4096, "TT", 1),
-    (512, 512, 512, "NN", 64), (2048, 2048, 2048, "NN", 8), (128, 128, 128, "NN", 256),
-]
 
 
 def geomean(xs) -> float:
@@ -193,3 +183,42 @@ def call_overhead(sizes=(64, 256), calls: int = 2000, repeats: int = 5) -> list[
                 cupy.cuda.Device().synchronize()
             rows.append({"impl": name, "size": n, "us_per_call": float(np.median(per))})
     return rows
+
+
+def ratios(doc: dict, kernel: str = "tilegemm") -> list[float]:
+    """The kernel's ratio to cuBLAS in each case of a results document (failed cases as 0)."""
+    return [r["ratio"] or 0.0 for r in doc["rows"] if r["kernel"] == kernel]
+
+
+def plot_draw(doc: dict, path) -> None:
+    """Shapes nobody tuned for: the ratio to cuBLAS of each case against its work (multiply-adds),
+    coloured by its aspect (largest over smallest dimension), and the distribution of the ratios."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in doc["rows"] if r["kernel"] == "tilegemm"]
+    xs = [r["M"] * r["N"] * r["K"] * r["batch"] for r in rows]
+    ys = [r["ratio"] or 0.0 for r in rows]
+    aspect = [math.log10(max(r["M"], r["N"], r["K"]) / min(r["M"], r["N"], r["K"])) for r in rows]
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
+    pts = ax.scatter(xs, ys, c=aspect, cmap="viridis", s=18)
+    fig.colorbar(pts, ax=ax, label="log10(largest / smallest dimension)")
+    for level, style in ((1.0, "-"), (0.97, "--"), (0.90, ":")):
+        ax.axhline(level, color="gray", linestyle=style, linewidth=1)
+        ax2.axvline(level, color="gray", linestyle=style, linewidth=1)
+    ax.set_xscale("log")
+    ax.set_xlabel("multiply-adds (M N K)")
+    ax.set_ylabel("tilegemm / cuBLAS (TFLOPS)")
+    ordered = sorted(ys)
+    ax2.step(ordered, [(i + 1) / len(ordered) for i in range(len(ordered))], where="post")
+    ax2.set_xlabel("tilegemm / cuBLAS")
+    ax2.set_ylabel("share of cases at or below")
+    what = f"seed {doc['seed']}" if doc.get("seed") is not None else doc.get("kind", "")
+    fig.suptitle(f"{len(rows)} shapes ({what}) on {doc['gpu']} ({doc['date']}): geometric mean "
+                 f"{geomean(ys):.3f}x, lowest {min(ys):.2f}x")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+

@@ -8,6 +8,7 @@ tracebacks (TILEGEMM_DEBUG=1 shows them).
 from __future__ import annotations
 
 import json
+import secrets
 import sys
 from pathlib import Path
 
@@ -93,26 +94,47 @@ def _progress():
     return Progress(console=console, transient=True)
 
 
+def _bench_cases(args) -> tuple[list, dict]:
+    """[(case, its name or None)] and the results file's extra header: the suite, --sizes, a random
+    draw (kind "random", its seed: --seed, else a fresh one) or the real-world set (kind "real")."""
+    from . import suites
+
+    if args.random:
+        seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
+        cases = suites.random_shapes(args.random, seed, tuple(args.layouts))
+        return [(c, None) for c in cases], {"kind": "random", "seed": seed, "n": args.random,
+                                            "draw": {**suites.DRAW, "layouts": args.layouts}}
+    if args.real:
+        return [(c, name) for name, c in suites.REAL], {"kind": "real"}
+    if args.seed is not None:
+        raise ValueError("--seed draws shapes for --random N; pass --random too")
+    return [(c, None) for c in (_cases(args.sizes, args.layouts) if args.sizes else suites.SUITE)], {}
+
+
 def cmd_bench(args) -> int:
     from . import bench
 
     names = _kernel_names(args.kernels or ["gemm"])
-    cases = _cases(args.sizes, args.layouts) if args.sizes else list(bench.SUITE)
+    cases, header = _bench_cases(args)
+    draw = bool(header)  # a random draw or the real-world set: many shapes, each timed more briefly
     if not gpu.have_gpu():
         console.print(_static_table(names, args.arch or "sm_90"))
         console.print("[yellow]No CUDA GPU here: kernels compiled and their resources shown; the "
                       f"{len(cases)} benchmark cases (checks and timings) need a GPU.[/yellow]")
         return 0
     _writable_out(args)
-    refs = [r for r in bench.available_references() if r in (args.refs if args.refs is not None else ("torch", "triton"))]
+    wanted = args.refs if args.refs is not None else ("torch",) if draw else ("torch", "triton")
+    refs = [r for r in bench.available_references() if r in wanted]
+    if draw:
+        console.print(f"{len(cases)} shapes" + (f", seed {header['seed']}" if "seed" in header else ""))
     rows = []
     with _progress() as progress:
         task = progress.add_task("benchmarking", total=len(cases) * (len(names) + 1 + len(refs)))
-        for (M, N, K, layout, batch) in cases:
-            rows += bench.measure(names, M, N, K, layout, batch=batch, refs=refs,
-                                  progress=lambda r: progress.advance(task))
+        for (M, N, K, layout, batch), case in cases:
+            rows += bench.measure(names, M, N, K, layout, batch=batch, refs=refs, case=case,
+                                  target_s=0.3 if draw else 0.6, progress=lambda r: progress.advance(task))
     console.print(_results_table(rows, f"tilegemm bench on {gpu.device_properties().name}"))
-    extra = {}
+    extra = dict(header)
     ours = [r for r in rows if r.kernel in ("tilegemm",) + tuple(names)]
     if ours:
         extra["geomean_ratio"] = {ours[0].kernel: bench.geomean([r.ratio for r in ours if r.kernel == ours[0].kernel])}
@@ -120,14 +142,19 @@ def cmd_bench(args) -> int:
             extra["geomean_ratio"][ref] = bench.geomean([r.ratio for r in rows if r.kernel == ref])
         console.print("geometric mean of the ratio to cuBLAS: " +
                       ", ".join(f"{k} {v:.3f}x" for k, v in extra["geomean_ratio"].items()))
-    if not args.no_overhead:
+    if draw and ours:
+        rs = sorted(r.ratio for r in ours if r.kernel == ours[0].kernel)
+        console.print(f"5th percentile {rs[len(rs) // 20]:.3f}x, lowest {rs[0]:.3f}x, below 1.00x: "
+                      f"{sum(x < 1 for x in rs)} of {len(rs)}")
+    if not args.no_overhead and not draw:
         extra["call_overhead_us"] = bench.call_overhead()
         console.print("host time per call (µs): " + ", ".join(
             f"{o['impl']} {o['size']}³ {o['us_per_call']:.1f}" for o in extra["call_overhead_us"]))
     if not args.no_write:
         doc = results.document(rows, cmd=args.command_line, **extra)
-        path = results.write(doc, args.out, args.tag)
-        bench.plot_suite(doc, path.with_suffix(".png"))
+        tag = args.tag or (f"random-s{header['seed']}" if "seed" in header else header.get("kind"))
+        path = results.write(doc, args.out, tag)
+        (bench.plot_draw if draw else bench.plot_suite)(doc, path.with_suffix(".png"))
         console.print(f"results written to {path} and {path.with_suffix('.png')}")
     return _report_failures(rows, bench.TOLERANCE)
 
@@ -178,12 +205,12 @@ def cmd_ladder(args) -> int:
 
 
 def cmd_tune(args) -> int:
-    from . import autotune, bench, selection
+    from . import autotune, selection, suites
 
     if args.shapes:
         cases = _cases(args.shapes, args.layouts)
     else:
-        cases = [c for c in bench.SUITE if c[3] in args.layouts]
+        cases = [c for c in suites.SUITE if c[3] in args.layouts]
     if not gpu.have_gpu():
         from .occupancy import Limits
 
@@ -256,6 +283,12 @@ def _tag(text: str) -> str:
     return text
 
 
+def _natural(text: str) -> int:
+    if not text.strip().isdigit():
+        raise ValueError(f"{text!r} is not a non-negative integer")
+    return int(text)
+
+
 def _positive(text: str) -> int:
     if not text.strip().isdigit() or int(text) < 1:
         raise ValueError(f"{text!r} is not a positive integer")
@@ -265,6 +298,7 @@ def _positive(text: str) -> int:
 SHAPE, CONFIG, ARCH, POSITIVE, TAG = (argtype(parse_shape, "shape"), argtype(parse_config, "config"),
                                       argtype(compiler.normalize_arch, "arch"), argtype(_positive, "count"),
                                       argtype(_tag, "tag"))
+POSITIVE_OR_ZERO = argtype(_natural, "seed")
 
 
 def build_parser() -> ArgParser:
@@ -277,10 +311,19 @@ def build_parser() -> ArgParser:
                        description="On a GPU: check each kernel against float64, time it beside "
                        "cuBLAS, print a table and write benchmarks/results/<gpu>-<date>.json. "
                        "Without a GPU: compile the kernels and show their resources.")
-    p.add_argument("--sizes", nargs="+", metavar="SHAPE", type=SHAPE,
-                   help=f"{SHAPE_HELP}; default: the suite (the reference shapes, other layouts, batches)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--sizes", nargs="+", metavar="SHAPE", type=SHAPE,
+                       help=f"{SHAPE_HELP}; default: the suite (the reference shapes, other layouts, batches)")
+    which.add_argument("--random", type=POSITIVE, metavar="N",
+                       help="N shapes nobody tuned for: M, N, K each log-uniform in [128, 16384], at least 1024^3 "
+                       "multiply-adds (layouts drawn from --layouts)")
+    which.add_argument("--real", action="store_true",
+                       help="common real-world shapes: transformer layers, non-power-of-two squares, long-K "
+                       "reductions, least squares")
+    p.add_argument("--seed", type=POSITIVE_OR_ZERO, help="the random draw's seed (default: a fresh one, recorded)")
     p.add_argument("--kernels", nargs="+", metavar="NAME", help="gemm (the tuned default path) and/or ladder rungs; default: gemm")
-    p.add_argument("--layouts", **layouts, help="operand layouts for --sizes, T = transposed view; default: NN")
+    p.add_argument("--layouts", **layouts, help="operand layouts for --sizes (each) and --random (drawn), T = "
+                   "transposed view; default: NN")
     p.add_argument("--refs", nargs="*", choices=("torch", "triton"),
                    help="references beside cuBLAS, where installed; default: torch triton")
     p.add_argument("--no-overhead", action="store_true", help="skip the per-call host overhead measurement")

@@ -128,7 +128,7 @@ def draw_table(doc: dict) -> str:
     cases = [(key, v) for key, v in rows.items() if "tilegemm" in v]
     rs = sorted((v["tilegemm"].get("ratio") or 0.0) for _, v in cases)
     what = (f"{len(cases)} shapes drawn with seed {doc['seed']} (M, N, K each log-uniform in "
-            f"[{doc['draw']['lo']}, {doc['draw']['hi']}], at least {doc['draw']['min_macs']:.3g} multiply-adds, "
+            f"[{doc['draw']['lo']}, {doc['draw']['hi']}], at least {_cube(doc['draw']['min_macs'])} multiply-adds, "
             f"layouts {'/'.join(doc['draw']['layouts'])})" if doc.get("kind") == "random"
             else f"{len(cases)} common real-world shapes")
     head = (f"{what} on {doc['gpu']}, driver {doc['driver']}, {doc['date']}, the default path (no tuning "
@@ -144,6 +144,11 @@ def draw_table(doc: dict) -> str:
         lines.append(f"| {shape} | {layout} | {_num(c.get('tflops'))} | {_num(t.get('tflops'))} | "
                      f"{_num(t.get('ratio'), '{:.3f}')} | {cfg} ({sel.get('source', '-')}) |")
     return head + "\n\nThe ten lowest:\n\n" + "\n".join(lines) + "\n"
+
+
+def _cube(x: int) -> str:
+    n = round(x ** (1 / 3))
+    return f"{n}³" if n**3 == x else f"{x:.3g}"
 
 
 def _num(x, spec="{:.1f}") -> str:

@@ -52,7 +52,8 @@ def test_results_files_follow_schema_1():
         assert doc["schema"] == 1
         kind = doc.get("kind", "timings")
         assert kind in ("timings", *bodies), (f.name, kind)
-        assert f.stem.endswith(kind) or kind == "timings", (f.name, kind)
+        named = f.stem.endswith(f"-random-s{doc['seed']}") if kind == "random" else f.stem.endswith(kind)
+        assert named or kind == "timings", (f.name, kind)
         for k in ("date", "gpu", "sm", "sms", "driver", "versions", *bodies.get(kind, ("rows",))):
             assert k in doc, (f.name, k)
         assert {"tilegemm", "cupy", "nvrtc", "torch"} <= set(doc["versions"])

@@ -193,9 +193,10 @@ def tune_shape(device: int, layout: str, M: int, N: int, K: int, count: int = 1,
     return {**best, "M": M, "N": N, "K": K, "count": count, "layout": layout, "tried": tried}
 
 
-def measure(cfgs: list[dict], M, N, K, count, layout, device, matmul, progress=None) -> list[dict]:
+def measure(cfgs: list[dict], M, N, K, count, layout, device, matmul, progress=None, target_s: float = 0.15) -> list[dict]:
     """Each config checked against float64 (one set of inputs for all), then timed alone on rotating
-    input sets: [{"config", "rel_err", "ms", "tflops"}] (ms and tflops None where the check failed)."""
+    input sets: [{"config", "rel_err", "ms", "tflops"}] (ms and tflops None where the check failed,
+    and "error" where the call raised)."""
     flop = 2.0 * M * N * K * count
     tried = []
     with timing.device(device):
@@ -203,12 +204,17 @@ def measure(cfgs: list[dict], M, N, K, count, layout, device, matmul, progress=N
         inputs = (a, b, timing.reference(a, b))
         sets, outs = timing.input_sets(M, N, K, layout, count)
         for c in cfgs:
-            err = timing.check(lambda a, b, out, c=c: matmul(a, b, out=out, config=c), M, N, K, layout, count, inputs)
+            try:
+                err = timing.check(lambda a, b, out, c=c: matmul(a, b, out=out, config=c), M, N, K, layout, count,
+                                   inputs)
+            except (ValueError, RuntimeError) as exc:  # a config this shape or GPU cannot run
+                tried.append({"config": c, "rel_err": None, "ms": None, "tflops": None, "error": str(exc)[:200]})
+                continue
             if not err < timing.TOLERANCE:
                 tried.append({"config": c, "rel_err": err, "ms": None, "tflops": None})
                 continue
             ms = timing.time_launches(lambda i, c=c: matmul(*sets[i], out=outs[i], config=c), len(sets),
-                                      target_s=0.15, batch_ms=5.0)
+                                      target_s=target_s, batch_ms=5.0)
             tried.append({"config": c, "rel_err": err, "ms": ms, "tflops": flop / ms / 1e9})
             if progress:
                 progress(tried[-1])

@@ -1,0 +1,68 @@
+"""Calibration data for the selection's cost model: every candidate of tilegemm.model timed on a
+random draw of shapes, cuBLAS beside, each candidate checked against float64 first.
+
+usage: python scripts/calibrate.py --seed S --n N [--out DIR] [--target-s T]
+Writes DIR (default $OUT, else benchmarks/results)/<gpu>-<date>-calibration-s<S>.json (kind
+"calibration"), rewritten after every shape so that a run cut short keeps what it measured.  Rows:
+the shape, the candidate's name and config, ms, TFLOPS and relative error; per config the blocks
+that fit on an SM (the driver's occupancy).  Calibrate on one seed, report on another.
+"""
+import os
+import sys
+import time
+
+from tilegemm import api, autotune, gpu, launch, model, registry, results, suites, timing
+from tilegemm.parsing import ArgParser, parse_args, run_command
+
+
+def main(argv=None) -> int:
+    p = ArgParser(prog="scripts/calibrate.py", description=__doc__.split("\n")[0])
+    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--n", type=int, default=40)
+    p.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
+    p.add_argument("--target-s", type=float, default=0.1)
+    args = parse_args(p, argv)
+    return args if isinstance(args, int) else run_command(run, args)
+
+
+def run(args) -> int:
+    cupy = gpu.cupy()
+    dev = gpu.current_device()
+    props = gpu.device_properties(dev)
+    shapes = suites.random_shapes(args.n, args.seed)
+    configs = {}
+    for M, N, K, _, _ in shapes:
+        configs.update(dict(model.candidates(M, N, K, 1, props.sms)))
+    t0 = time.time()
+    autotune.compile_all(list(configs.values()), ["NN"], props.arch)
+    print(f"{len(configs)} configs compiled in {time.time() - t0:.0f} s", flush=True)
+    occupancy = {}
+    for name, cfg in configs.items():
+        fn = launch.launcher(registry.FAMILY.name, "NN", 4, dev,
+                             tuple(sorted((k, v) for k, v in cfg.items() if k != "splits")))
+        occupancy[name] = fn.resident_blocks() // props.sms
+    rows = []
+    doc = results.document(rows, cmd=results.command(prog="python scripts/calibrate.py"), kind="calibration",
+                           seed=args.seed, n=args.n, draw=dict(suites.DRAW), configs=configs,
+                           blocks_per_sm=occupancy)
+    for i, (M, N, K, layout, count) in enumerate(shapes):
+        cands = model.candidates(M, N, K, count, props.sms)
+        sets, outs = timing.input_sets(M, N, K, layout, count)
+        cublas = timing.time_launches(lambda j: cupy.matmul(*sets[j], out=outs[j]), len(sets),
+                                      target_s=args.target_s, batch_ms=5.0)
+        tried = autotune.measure([c for _, c in cands], M, N, K, count, layout, dev, api.matmul,
+                                 target_s=args.target_s)
+        for (name, _), t in zip(cands, tried):
+            rows.append({"M": M, "N": N, "K": K, "layout": layout, "batch": count, "candidate": name,
+                         "config": t["config"], "ms": t["ms"], "tflops": t["tflops"], "rel_err": t["rel_err"],
+                         "cublas_ms": cublas, **({"error": t["error"]} if "error" in t else {})})
+        best = max((t for t in tried if t["tflops"]), key=lambda t: t["tflops"])
+        print(f"[{i + 1}/{len(shapes)}] {M}x{N}x{K}: cuBLAS {2e-9 * M * N * K / cublas:.1f}, best "
+              f"{best['tflops']:.1f} ({cands[tried.index(best)][0]}), {time.time() - t0:.0f} s", flush=True)
+        doc["rows"] = rows
+        results.write(doc, args.out, f"calibration-s{args.seed}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -491,3 +491,12 @@ def test_split_k_summed_in_the_kernel(cp, cfg, shape):
     """sk = 2 against float64 and against itself (bit-identical repeats), with alpha/beta; at
     2000 x 2000 the tiles' splits exceed the resident blocks, so it takes several launches."""
     _correct_and_repeatable(cp, cfg, shape, alpha=2.0, beta=-1.0)
+
+
+@pytest.mark.parametrize("cfg", [{**selection.BIG, "sk": 1}, {**selection.HUGE, "sk": 1}, {**autotune.SK_SMALL, "sk": 1}])
+@pytest.mark.parametrize("shape", [(525, 13468, 254, 1), (129, 130, 8, 300), (1000, 9335, 284, 1)])
+def test_stream_k_with_fewer_k_iterations_left_than_blocks(cp, cfg, shape):
+    """After the whole waves of whole tiles, the stream-K range can hold fewer k-iterations than
+    the grid has blocks, so some blocks get an empty range: they hold nothing of any tile and set no
+    flag (an owner once waited for them for ever)."""
+    _correct_and_repeatable(cp, cfg, shape, alpha=1.5, beta=0.5)

@@ -479,9 +479,12 @@ extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
                 tg_st_release(flags + g, epoch);
             }
         } else {
-            // the owner: blocks g+1, g+2, ... whose ranges start inside this tile hold its rest
+            // the owner: blocks g+1, g+2, ... whose ranges start inside this tile hold its rest; a
+            // block whose range is empty (fewer k-iterations left than blocks) holds none of it and
+            // sets no flag
             const long long tile_end = (long long)(t - dp + 1) * ipt;  // in the stream-K range
             for (int h = g + 1; ke < ipt && h < G && total * h / G < tile_end; ++h) {
+                if (total * h / G == total * (h + 1) / G) continue;
                 if (tid == 0)
                     while (tg_ld_acquire(flags + h) != epoch) __nanosleep(32);
                 __syncthreads();

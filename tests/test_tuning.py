@@ -124,7 +124,7 @@ def test_corrupt_cache_is_ignored_with_a_warning_and_rebuilt(tmp_path):
 
 
 def test_shipped_tables_hold_valid_spill_free_configs():
-    tables = sorted(tuning.TABLE_DIR.glob("*.json"))
+    tables = sorted(t for t in tuning.TABLE_DIR.glob("*.json") if not t.name.startswith("model-"))
     assert tables, "no tuning table ships with the package"
     seen = set()
     for t in tables:

@@ -59,17 +59,18 @@ def matmul(a, b, *, out=None, kernel: str | None = None, config: dict | None = N
 
 def choose_config(device: int, key: tuple) -> dict:
     """The family's config for ``key`` (layout, M, N, K, count) on ``device``.  With
-    TILEGEMM_AUTOTUNE=1, a shape the selection has no measured config for is tuned first through
+    TILEGEMM_AUTOTUNE=1, a shape the selection has no measured config for (its config comes from the
+    model or the heuristic) is tuned first through
     this module's ``matmul`` (which names every candidate's config, so it selects nothing), one
     tuner per shape: a second caller waits for the first and takes its result."""
     config, source = selection.select(device, *key)
-    if source != "heuristic" or os.environ.get("TILEGEMM_AUTOTUNE") != "1":
+    if source in ("tuned", "shipped") or os.environ.get("TILEGEMM_AUTOTUNE") != "1":
         return config
     with _tuning_guard:
         lock = _tuning.setdefault((device, key), threading.Lock())
     with lock:
         config, source = selection.select(device, *key)
-        if source == "heuristic":
+        if source not in ("tuned", "shipped"):  # a prediction, not a measurement
             autotune.tune_shape(device, *key, matmul=matmul)
             config, source = selection.select(device, *key)
     return config

@@ -1,6 +1,24 @@
-"""The candidates a cost model chooses among: tile configs of the family, each run one block per
-tile (data-parallel), split over K with a reduction, split over K summed in the kernel (sk = 2) or
-as stream-K (sk = 1).  Calibration (scripts/calibrate.py) times them on a random draw of shapes.
+"""A cost model of the family's candidates: predict each one's time on a shape from what the shape
+does to it (tiles, waves at the blocks that fit on an SM, k-iterations per block, the reduction or
+hand-over), with a few constants per tile config fitted to measurements; pick the least.
+
+Candidates: tile configs of the family (``TILES``), each run one block per tile (data-parallel),
+split over K with a reduction, split over K summed in the kernel (sk = 2) or as stream-K (sk = 1).
+
+The model, in microseconds.  A tile config T has three constants: ``f`` (a block's fixed cost:
+prologue, epilogue), ``a`` (one k-iteration of a block alone on an SM, bound by latency) and ``b``
+(the SM's time per k-iteration per resident block when several share it, bound by throughput).  An
+SM holding q blocks of i iterations each takes ``f + i * max(a, q * b)``.
+- data-parallel over ``blocks = tiles * splits``: each SM gets ceil(blocks / SMs) blocks, run
+  ``r`` at a time (r = blocks per SM from the occupancy), the last round with what is left;
+- split-K adds the reduction: ``red0 + red1 * (splits + 1) * M * N * count`` (reading the
+  partials, writing D);
+- stream-K (sk = 1): whole waves of whole tiles, then the rest's k-iterations shared by all
+  r * SMs blocks, plus a hand-over ``hand``;
+- split-K summed in the kernel (sk = 2): as data-parallel, plus ``summed * splits``;
+- every launch costs ``launch``.
+The constants are fitted to calibration measurements by calibration.py
+(``python -m tilegemm.calibration fit FILE... --out TABLE``).
 """
 
 from __future__ import annotations
@@ -22,6 +40,7 @@ SPLITS = (2, 4, 8, 16, 32)
 SPLIT_TILES = ("128x128", "64x128", "64x64", "32x256")  # also run split over K
 STREAM_K_TILES = ("256x128", "128x128", "128x128w")  # also run as stream-K
 SUMMED_TILES = ("128x128", "64x128")  # also split over K and summed in the kernel
+GLOBALS = ("red0", "red1", "hand", "summed", "launch")
 
 
 def candidates(M: int, N: int, K: int, count: int = 1, sms: int = 132) -> list[tuple[str, dict]]:
@@ -40,3 +59,49 @@ def candidates(M: int, N: int, K: int, count: int = 1, sms: int = 132) -> list[t
     for name in SUMMED_TILES:
         out += [(f"{name} split{s} summed", {**TILES[name], "splits": s, "sk": 2}) for s in splits[:3]]
     return out
+
+
+def _round(c: dict, tile: str, q: int, iters: int) -> float:
+    return c[f"{tile}.f"] + iters * max(c[f"{tile}.a"], q * c[f"{tile}.b"])
+
+
+def _waves(c: dict, tile: str, blocks: int, per_sm: int, iters: int, sms: int) -> float:
+    """Time of ``blocks`` blocks of ``iters`` k-iterations, ``per_sm`` resident per SM at a time."""
+    on_sm = -(-blocks // sms)
+    full, last = divmod(on_sm, per_sm)
+    return full * _round(c, tile, per_sm, iters) + (_round(c, tile, last, iters) if last else 0.0)
+
+
+def predict(c: dict, name: str, cfg: dict, M: int, N: int, K: int, count: int, per_sm: int, sms: int) -> float:
+    """Predicted microseconds of candidate ``name`` (config ``cfg``, ``per_sm`` blocks per SM)."""
+    tile = name.split()[0]
+    bm, bn, bk = cfg["bm"], cfg["bn"], cfg["bk"]
+    tiles = -(-M // bm) * -(-N // bn) * count
+    ipt = -(-K // bk)
+    sk, splits = cfg.get("sk", 0), max(1, min(cfg.get("splits", 1), -(-K // 4)))
+    if sk == 1:
+        grid = per_sm * sms
+        whole = tiles // grid
+        rest = (tiles - whole * grid) * ipt
+        t = whole * _round(c, tile, per_sm, ipt) + (_round(c, tile, per_sm, -(-rest // grid)) + c["hand"] if rest else 0)
+        return t + c["launch"]
+    k_split = -(-(-(-K // splits)) // 4) * 4
+    t = _waves(c, tile, tiles * splits, per_sm, -(-k_split // bk), sms) + c["launch"]
+    if sk == 2:
+        launches = -(-tiles * splits // ((per_sm * sms // splits) * splits or 1))
+        return t + c["summed"] * splits + (launches - 1) * c["launch"]
+    if splits > 1:
+        t += c["red0"] + c["red1"] * (splits + 1) * M * N * count * 1e-6 + c["launch"]
+    return t
+
+
+def choose(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int) -> tuple[str, dict, float]:
+    """(name, config, predicted microseconds) of the candidate the model predicts fastest."""
+    best = None
+    for name, cfg in candidates(M, N, K, count, sms):
+        if name not in per_sm:
+            continue
+        t = predict(c, name, cfg, M, N, K, count, per_sm[name], sms)
+        if best is None or t < best[2]:
+            best = (name, cfg, t)
+    return best

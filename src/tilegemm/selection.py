@@ -1,12 +1,14 @@
 """Which config of the kernel family runs a given shape: the user's tuning cache, the shipped table,
-a heuristic.
+the cost model, a heuristic.
 
 Lookup, first hit wins, memoised per process so that after the first call for a shape the call
 path does no file I/O:
 1. the user's tuning cache (``tilegemm tune`` or ``TILEGEMM_AUTOTUNE=1``), keyed by GPU name,
    compute capability, driver, NVRTC and package versions;
 2. the table shipped in the package for this GPU name (``tilegemm/tables/<gpu>.json``);
-3. the heuristic below (any GPU).
+3. the cost model (model.py) where its constants were fitted for this GPU
+   (``tilegemm/tables/model-<gpu>.json``): the candidate it predicts fastest;
+4. the heuristic below (any GPU).
 Within a table, a shape matches an entry of its layout and shape bucket: M, N, K and the batch
 count each rounded to the nearest power of two.  This module measures nothing and tunes nothing:
 the tuner (autotune.py) writes the cache through ``record``.
@@ -23,7 +25,7 @@ import threading
 import warnings
 from pathlib import Path
 
-from . import compiler, folders, gpu, registry
+from . import compiler, folders, gpu, model, registry
 from ._version import __version__
 from .occupancy import Limits
 
@@ -127,6 +129,20 @@ def _locked(path: Path):
         yield
 
 
+def read_model(path: Path) -> dict | None:
+    """A fitted model table (model.py), or None where there is none or it cannot be read."""
+    try:
+        doc = json.loads(path.read_text())
+        if doc.get("kind") != "model" or not isinstance(doc.get("constants"), dict):
+            raise ValueError("not a model table")
+        return doc
+    except FileNotFoundError:
+        return None
+    except (ValueError, OSError) as exc:
+        warnings.warn(f"tilegemm: ignoring the unreadable model table {path} ({exc})", RuntimeWarning, stacklevel=2)
+        return None
+
+
 def merge_entries(path: Path, entries: dict, meta: dict | None = None) -> None:
     """Add ``entries`` to the table at ``path``: read, merge and atomically replace under a file
     lock, so concurrent tuners lose nothing; a corrupt file is replaced."""
@@ -173,8 +189,10 @@ class Selector:
         self.props = props
         self.cache_path = cache_dir() / (cache_key(props, driver, nvrtc) + ".json")
         self.table_path = TABLE_DIR / (_slug(props.name) + ".json")
+        self.model_path = TABLE_DIR / ("model-" + _slug(props.name) + ".json")
         self._user = None
         self._shipped = None
+        self._model = None
         self._memo: dict[tuple, tuple] = {}
         self._lock = threading.Lock()
 
@@ -182,6 +200,7 @@ class Selector:
         if self._user is None:
             self._user = read_table(self.cache_path)
             self._shipped = read_table(self.table_path)
+            self._model = read_model(self.model_path)
         return self._user, self._shipped
 
     def source(self, layout, M, N, K, count) -> tuple[dict, str]:
@@ -196,6 +215,11 @@ class Selector:
             if tuned_for != layout and spills(cfg, layout, self.props.arch):
                 continue
             return cfg, name
+        if self._model and self._model["sms"] == self.props.sms:
+            _, cfg, _ = model.choose(self._model["constants"], self._model["blocks_per_sm"], M, N, K, count,
+                                     self.props.sms)
+            if not check_config(cfg, limits):
+                return dict(cfg), "model"
         return heuristic(M, N, K, count, self.props.sms, getattr(self.props, "l2_bytes", 0) or (50 << 20)), "heuristic"
 
     def __call__(self, layout, M, N, K, count) -> tuple[dict, str]:

@@ -27,7 +27,7 @@ def test_autotune_on_a_miss_returns_a_correct_result_and_writes_the_cache(cp, tm
     try:
         dev = gpu.current_device()
         M, N, K = 777, 1111, 999  # no shipped table has this bucket (odd sizes: the edge bucket)
-        assert selection.select(dev, "NN", M, N, K, 1)[1] == "heuristic"
+        assert selection.select(dev, "NN", M, N, K, 1)[1] in ("model", "heuristic")
         selection.forget()
         rng = cp.random.default_rng()
         a = rng.standard_normal((M, K), dtype=np.float32)

@@ -1,0 +1,77 @@
+"""GPU-free: the cost model behind the selection, its fit, and what the selection takes from it."""
+
+import json
+import random
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from tilegemm import autotune, calibration, model, registry, selection
+from tilegemm.occupancy import Limits
+
+ROOT = Path(__file__).resolve().parents[1]
+TABLE = ROOT / "src" / "tilegemm" / "tables" / "model-NVIDIA-H100-80GB-HBM3.json"
+SM90 = Limits.for_arch("sm_90")
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    return json.loads(TABLE.read_text())
+
+
+def _shapes(n=300, seed=5):
+    rng = random.Random(seed)
+    return [tuple(int(rng.uniform(1, 16384)) for _ in range(3)) for _ in range(n)]
+
+
+def test_more_work_is_never_predicted_faster(fitted):
+    c, per_sm = fitted["constants"], fitted["blocks_per_sm"]
+    for M, N, K in _shapes(120):
+        for name, cfg in model.candidates(M, N, K):
+            t = model.predict(c, name, cfg, M, N, K, 1, per_sm[name], 132)
+            assert t > 0
+            for more in ((M, N, K + 64), (M + 128, N, K), (M, N + 128, K)):  # more K, more tiles (waves)
+                assert model.predict(c, name, cfg, *more, 1, per_sm[name], 132) >= t - 1e-9, (name, (M, N, K), more)
+            assert model.predict(c, name, cfg, M, N, K, 2, per_sm[name], 132) >= t - 1e-9  # a batch of two
+
+
+def test_the_choice_is_always_a_valid_candidate(fitted):
+    for M, N, K in _shapes():
+        name, cfg, t = model.choose(fitted["constants"], fitted["blocks_per_sm"], M, N, K, 1, 132)
+        assert name in dict(model.candidates(M, N, K)) and not registry.FAMILY.violations(registry.FAMILY.params(cfg),
+                                                                                           SM90)
+
+
+def test_every_candidate_compiles_without_spills_in_every_layout():
+    cfgs = {}
+    for M, N, K in ((300, 300, 4096), (8000, 8000, 8000)):
+        cfgs.update(model.candidates(M, N, K))
+    built = autotune.compile_all(list(cfgs.values()), registry.LAYOUTS, "sm_90")
+    bad = {k: v for k, v in built.items() if v[2] is not None or v[1]}
+    assert not bad, bad
+
+
+def test_the_calibration_data_loads_and_refits_to_the_shipped_constants(fitted):
+    files = [ROOT / "benchmarks" / "results" / "experiments" / f for f in fitted["fitted_on"]]
+    rows, per_sm, sms, gpu = calibration.load_calibration(files)
+    assert gpu == fitted["gpu"] and sms == 132 and len(rows) == fitted["rows"]
+    consts, rms = calibration.fit(rows, per_sm, sms)
+    assert rms == pytest.approx(fitted["rms_log_error"], rel=1e-3)
+    for k, v in fitted["constants"].items():
+        assert consts[k] == pytest.approx(v, rel=1e-2, abs=1e-3), k
+
+
+def test_the_selection_takes_the_model_where_no_table_holds_the_shape(fitted, tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEGEMM_TUNE_DIR", str(tmp_path))
+    props = SimpleNamespace(name=fitted["gpu"], major=9, minor=0, arch="sm_90", sms=132, id=0, l2_bytes=50 << 20,
+                            smem_per_block_optin=SM90.smem_per_block_optin, smem_per_sm=SM90.smem_per_sm,
+                            regs_per_sm=SM90.regs_per_sm, max_threads_per_block=1024, max_threads_per_sm=2048,
+                            max_blocks_per_sm=32)
+    sel = selection.Selector(props, "1", "13.0")
+    cfg, source = sel("NN", 777, 999, 1111, 1)
+    expected = model.choose(fitted["constants"], fitted["blocks_per_sm"], 777, 999, 1111, 1, 132)[1]
+    assert source == "model" and cfg == expected
+    assert sel("NN", 4096, 4096, 4096, 1)[1] == "shipped"  # measured entries first
+    other = SimpleNamespace(**{**props.__dict__, "name": "Another GPU"})
+    assert selection.Selector(other, "1", "13.0")("NN", 777, 999, 1111, 1)[1] == "heuristic"

@@ -14,7 +14,8 @@ SM holding q blocks of i iterations each takes ``f + i * max(a, q * b)``.
 - split-K adds the reduction: ``red0 + red1 * (splits + 1) * M * N * count`` (reading the
   partials, writing D);
 - stream-K (sk = 1): whole waves of whole tiles, then the rest's k-iterations shared by all
-  r * SMs blocks, plus a hand-over ``hand``;
+  r * SMs blocks, plus a hand-over ``hand`` per block that shares a tile (a tile's owner adds the
+  partial sums of the others one after another);
 - split-K summed in the kernel (sk = 2): as data-parallel, plus ``summed * splits``;
 - every launch costs ``launch``.
 The constants are fitted to calibration measurements by calibration.py
@@ -45,8 +46,9 @@ GLOBALS = ("red0", "red1", "hand", "summed", "launch")
 
 def candidates(M: int, N: int, K: int, count: int = 1, sms: int = 132) -> list[tuple[str, dict]]:
     """(name, config) of every candidate for this shape: each tile data-parallel; where the
-    128 x 128 tiles fill fewer than four waves of two blocks per SM, the split-K, stream-K and
-    summed variants too (splits leaving at least 128 of K each)."""
+    128 x 128 tiles fill fewer than four waves of two blocks per SM, the split-K and summed variants
+    too (splits leaving at least 128 of K each), and stream-K where there are at least eight of
+    those tiles (with fewer, each would be shared by dozens of blocks, summed one after another)."""
     out = [(name, {**cfg, "splits": 1}) for name, cfg in TILES.items()]
     tiles = -(-M // 128) * -(-N // 128) * count
     if tiles >= 8 * sms:
@@ -54,8 +56,9 @@ def candidates(M: int, N: int, K: int, count: int = 1, sms: int = 132) -> list[t
     splits = [s for s in SPLITS if K // s >= 128]
     for name in SPLIT_TILES:
         out += [(f"{name} split{s}", {**TILES[name], "splits": s}) for s in splits]
-    for name in STREAM_K_TILES:
-        out.append((f"{name} stream-K", {**TILES[name], "splits": 1, "sk": 1}))
+    if tiles >= 8:  # fewer tiles would each be shared by dozens of blocks, summed one after another
+        for name in STREAM_K_TILES:
+            out.append((f"{name} stream-K", {**TILES[name], "splits": 1, "sk": 1}))
     for name in SUMMED_TILES:
         out += [(f"{name} split{s} summed", {**TILES[name], "splits": s, "sk": 2}) for s in splits[:3]]
     return out
@@ -83,7 +86,10 @@ def predict(c: dict, name: str, cfg: dict, M: int, N: int, K: int, count: int, p
         grid = per_sm * sms
         whole = tiles // grid
         rest = (tiles - whole * grid) * ipt
-        t = whole * _round(c, tile, per_sm, ipt) + (_round(c, tile, per_sm, -(-rest // grid)) + c["hand"] if rest else 0)
+        share = -(-grid // max(1, tiles - whole * grid))  # blocks that share a tile of the rest
+        t = whole * _round(c, tile, per_sm, ipt)
+        if rest:
+            t += _round(c, tile, per_sm, -(-rest // grid)) + c["hand"] * share
         return t + c["launch"]
     k_split = -(-(-(-K // splits)) // 4) * 4
     t = _waves(c, tile, tiles * splits, per_sm, -(-k_split // bk), sms) + c["launch"]

@@ -29,11 +29,12 @@ def test_more_work_is_never_predicted_faster(fitted):
     c, per_sm = fitted["constants"], fitted["blocks_per_sm"]
     for M, N, K in _shapes(120):
         for name, cfg in model.candidates(M, N, K):
-            t = model.predict(c, name, cfg, M, N, K, 1, per_sm[name], 132)
+            r = per_sm[model.build(name)]
+            t = model.predict(c, name, cfg, M, N, K, 1, r, 132)
             assert t > 0
             for more in ((M, N, K + 64), (M + 128, N, K), (M, N + 128, K)):  # more K, more tiles (waves)
-                assert model.predict(c, name, cfg, *more, 1, per_sm[name], 132) >= t - 1e-9, (name, (M, N, K), more)
-            assert model.predict(c, name, cfg, M, N, K, 2, per_sm[name], 132) >= t - 1e-9  # a batch of two
+                assert model.predict(c, name, cfg, *more, 1, r, 132) >= t - 1e-9, (name, (M, N, K), more)
+            assert model.predict(c, name, cfg, M, N, K, 2, r, 132) >= t - 1e-9  # a batch of two
 
 
 def test_the_choice_is_always_a_valid_candidate(fitted):

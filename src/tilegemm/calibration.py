@@ -36,7 +36,7 @@ def fit(rows: list[dict], per_sm: dict, sms: int, iterations: int = 60) -> tuple
     ms); returns (constants, root mean square of the log error)."""
     import numpy as np
 
-    rows = [r for r in rows if r.get("ms") and r["candidate"] in per_sm]
+    rows = [r for r in rows if r.get("ms") and model.build(r["candidate"]) in per_sm]
     names = _names()
     x = np.log(np.array([_start()[n] for n in names]))
     y = np.log(np.array([1e3 * r["ms"] for r in rows]))
@@ -44,7 +44,7 @@ def fit(rows: list[dict], per_sm: dict, sms: int, iterations: int = 60) -> tuple
     def residuals(v):
         c = dict(zip(names, np.exp(v)))
         return np.log([model.predict(c, r["candidate"], r["config"], r["M"], r["N"], r["K"], r["batch"],
-                               per_sm[r["candidate"]], sms) for r in rows]) - y
+                               per_sm[model.build(r["candidate"])], sms) for r in rows]) - y
 
     lam, res = 1e-2, residuals(x)
     for _ in range(iterations):
@@ -69,14 +69,14 @@ def fit(rows: list[dict], per_sm: dict, sms: int, iterations: int = 60) -> tuple
 
 
 def load_calibration(paths) -> tuple[list[dict], dict, int, str]:
-    """(rows, blocks per SM by candidate, SMs, GPU name) of calibration files of one GPU."""
+    """(rows, blocks per SM by build (model.build), SMs, GPU name) of calibration files of one GPU."""
     rows, per_sm, sms, gpu = [], {}, None, None
     for p in paths:
         d = json.loads(Path(p).read_text())
         if d.get("kind") != "calibration" or (gpu and d["gpu"] != gpu):
             raise ValueError(f"{p} is not a calibration file of {gpu or 'one GPU'}")
         rows += d["rows"]
-        per_sm.update(d["blocks_per_sm"])
+        per_sm.update({model.build(name): n for name, n in d["blocks_per_sm"].items()})
         sms, gpu = d["sms"], d["gpu"]
     return rows, per_sm, sms, gpu
 

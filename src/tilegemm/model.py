@@ -37,7 +37,7 @@ TILES = {
     "64x64": {"bm": 64, "bn": 64, "tm": 4, "tn": 8, "ln": 8, "minb": 0, **_PIPE},
     "32x256": {"bm": 32, "bn": 256, "tm": 8, "tn": 16, "ln": 8, "minb": 0, **_PIPE},
 }
-SPLITS = (2, 4, 8, 16, 32)
+SPLITS = (2, 4, 8, 16, 32, 64, 128, 256)
 SPLIT_TILES = ("128x128", "64x128", "64x64", "32x256")  # also run split over K
 STREAM_K_TILES = ("256x128", "128x128", "128x128w")  # also run as stream-K
 SUMMED_TILES = ("128x128", "64x128")  # also split over K and summed in the kernel
@@ -47,13 +47,14 @@ GLOBALS = ("red0", "red1", "hand", "summed", "launch")
 def candidates(M: int, N: int, K: int, count: int = 1, sms: int = 132) -> list[tuple[str, dict]]:
     """(name, config) of every candidate for this shape: each tile data-parallel; where the
     128 x 128 tiles fill fewer than four waves of two blocks per SM, the split-K and summed variants
-    too (splits leaving at least 128 of K each), and stream-K where there are at least eight of
+    too (splits leaving at least 128 of K each; over 32 only while the blocks fill two waves), and stream-K where there are at least eight of
     those tiles (with fewer, each would be shared by dozens of blocks, summed one after another)."""
     out = [(name, {**cfg, "splits": 1}) for name, cfg in TILES.items()]
     tiles = -(-M // 128) * -(-N // 128) * count
     if tiles >= 8 * sms:
         return out
-    splits = [s for s in SPLITS if K // s >= 128]
+    # splits that leave at least 128 of K each, up to about two waves of 128 x 128 blocks
+    splits = [s for s in SPLITS if K // s >= 128 and (s <= 32 or tiles * s <= 2 * sms)]
     for name in SPLIT_TILES:
         out += [(f"{name} split{s}", {**TILES[name], "splits": s}) for s in splits]
     if tiles >= 8:  # fewer tiles would each be shared by dozens of blocks, summed one after another
@@ -62,6 +63,13 @@ def candidates(M: int, N: int, K: int, count: int = 1, sms: int = 132) -> list[t
     for name in SUMMED_TILES:
         out += [(f"{name} split{s} summed", {**TILES[name], "splits": s, "sk": 2}) for s in splits[:3]]
     return out
+
+
+def build(name: str) -> str:
+    """The build a candidate runs (its blocks per SM): the tile, "<tile> stream-K" or "<tile> summed";
+    a split count is a launch argument, not a build."""
+    tile = name.split()[0]
+    return f"{tile} stream-K" if name.endswith("stream-K") else f"{tile} summed" if name.endswith("summed") else tile
 
 
 def _round(c: dict, tile: str, q: int, iters: int) -> float:
@@ -102,12 +110,13 @@ def predict(c: dict, name: str, cfg: dict, M: int, N: int, K: int, count: int, p
 
 
 def choose(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int) -> tuple[str, dict, float]:
-    """(name, config, predicted microseconds) of the candidate the model predicts fastest."""
+    """(name, config, predicted microseconds) of the candidate the model predicts fastest;
+    ``per_sm``: blocks per SM by build (``build``)."""
     best = None
     for name, cfg in candidates(M, N, K, count, sms):
-        if name not in per_sm:
+        if build(name) not in per_sm:
             continue
-        t = predict(c, name, cfg, M, N, K, count, per_sm[name], sms)
+        t = predict(c, name, cfg, M, N, K, count, per_sm[build(name)], sms)
         if best is None or t < best[2]:
             best = (name, cfg, t)
     return best

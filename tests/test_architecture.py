@@ -6,7 +6,6 @@ files outside it."""
 import ast
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest

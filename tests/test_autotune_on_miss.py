@@ -104,3 +104,29 @@ def test_two_threads_missing_at_once_tune_once(fake_gpu, monkeypatch):
     for t in threads:
         t.join(120)
     assert results == [cands[1], cands[1]] and len(timed) == len(cands)
+
+
+H100 = SimpleNamespace(**{**vars(PROPS), "name": "NVIDIA H100 80GB HBM3"})  # has a fitted model table
+
+
+def test_the_quick_tuning_times_the_model_s_best_few(monkeypatch, tmp_path):
+    monkeypatch.setattr(gpu, "device_properties", lambda device=None: H100)
+    monkeypatch.setattr(gpu, "driver_version", lambda: "580.0")
+    monkeypatch.setenv("TILEGEMM_TUNE_DIR", str(tmp_path))
+    selection.reset()
+    try:
+        sel = selection.selector(0)
+        best = sel.predicted(*KEY[1:], autotune.QUICK_TOP)
+        assert len(best) == autotune.QUICK_TOP and selection.select(0, *KEY) == (best[0], "model")
+        assert autotune.quick_candidates(sel, *KEY) == best  # no table holds this shape
+        timed = _stub_measurements(monkeypatch, winner_index=2)
+        res = autotune.tune_shape(0, *KEY, matmul=None)
+        assert res["mode"] == "quick" and len(timed) == len(best) and res["config"] == best[2]
+        assert selection.select(0, *KEY) == (best[2], "tuned")
+        # the tuned entry is a candidate of the next quick tuning, besides the model's
+        assert autotune.quick_candidates(sel, *KEY) == best
+        timed.clear()
+        full = autotune.tune_shape(0, *KEY, matmul=None, full=True, write=False)
+        assert full["mode"] == "full" and len(timed) == len(autotune.candidates(*KEY[1:], 132, Limits.from_props(H100)))
+    finally:
+        selection.reset()

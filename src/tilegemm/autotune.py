@@ -1,5 +1,7 @@
-"""The autotuner: enumerate the family's configs from its constraints, prune with the resource
-model, compile in parallel, check each against a float64 reference, time the survivors.
+"""The autotuner.  Quick (the default): time the cost model's few best candidates for the shape
+(model.py), a few seconds a shape.  Full: enumerate the family's configs from its constraints,
+prune with the resource model, compile in parallel, check each against a float64 reference, time
+the survivors.
 
 Candidates run through the ``matmul`` the caller hands in (the public one: ``tilegemm.matmul``),
 with each candidate's config named, so what is timed is the path a user's calls take.  Checks and
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 from concurrent.futures import ProcessPoolExecutor
 
 from . import gpu, registry, selection, timing
@@ -170,27 +173,51 @@ def compile_all(cfgs: list[dict], layouts, arch: str, vec: int = 4, progress=Non
     return results
 
 
-def tune_shape(device: int, layout: str, M: int, N: int, K: int, count: int = 1, *, matmul, top: int = 24,
-               progress=None, write: bool = True) -> dict:
+QUICK_TOP = 6  # the model's best candidates timed by the quick tuning (the default)
+QUICK_TARGET_S = 0.05  # seconds of timing per quick candidate (the full search: 0.15)
+
+
+def quick_candidates(sel, layout: str, M: int, N: int, K: int, count: int, top: int = QUICK_TOP) -> list[dict]:
+    """The quick tuning's candidates: the ``top`` configs the cost model predicts fastest, and the
+    config a table (the tuning cache or the shipped table) holds for the shape's bucket, if any;
+    none where the GPU has no fitted model table."""
+    cands = sel.predicted(M, N, K, count, top)
+    if not cands:
+        return []
+    cfg, source = sel.source(layout, M, N, K, count)
+    if source in ("tuned", "shipped") and cfg not in cands:
+        cands.append(dict(cfg))
+    return cands
+
+
+def tune_shape(device: int, layout: str, M: int, N: int, K: int, count: int = 1, *, matmul, top: int | None = None,
+               full: bool = False, progress=None, write: bool = True) -> dict:
     """Tune one shape on ``device`` through ``matmul`` (``tilegemm.matmul``); returns {"config",
-    "tflops", "ms", "rel_err", "tried", ...} and (``write``) records the winner in the user's
-    tuning cache."""
+    "tflops", "ms", "rel_err", "tried", "mode", ...} and (``write``) records the winner in the
+    user's tuning cache.  By default ("quick", a few seconds a shape) the cost model's ``top``
+    (6) best candidates are timed; ``full``, or a GPU with no fitted model, searches the family's
+    grid (``candidates``, ``top`` 24: tens of seconds a shape)."""
+    start = time.perf_counter()
     props = gpu.device_properties(device)
     sel = selection.selector(device)
     if write:
         selection.check_writable(sel.cache_path.parent)
-    cands = candidates(M, N, K, count, props.sms, Limits.from_props(props), top)
+    cands = [] if full else quick_candidates(sel, layout, M, N, K, count, top or QUICK_TOP)
+    mode, target_s = ("quick", QUICK_TARGET_S) if cands else ("full", 0.15)
+    if not cands:
+        cands = candidates(M, N, K, count, props.sms, Limits.from_props(props), top or 24)
     built = compile_all(cands, [layout], props.arch)
     ok = [c for c in cands
           if built[(tuple(sorted(F.compiled_params(F.params(c)).items())), layout)][1:] == (0, None)]
-    tried = measure(ok, M, N, K, count, layout, device, matmul, progress)
+    tried = measure(ok, M, N, K, count, layout, device, matmul, progress, target_s=target_s)
     timed = [t for t in tried if t["tflops"]]
     if not timed:
         raise RuntimeError(f"no candidate config passed the check for {M}x{N}x{K} x{count} {layout}")
     best = max(timed, key=lambda t: t["tflops"])
     if write:
         sel.record(layout, M, N, K, count, {k: best[k] for k in ("config", "tflops", "ms")})
-    return {**best, "M": M, "N": N, "K": K, "count": count, "layout": layout, "tried": tried}
+    return {**best, "M": M, "N": N, "K": K, "count": count, "layout": layout, "tried": tried, "mode": mode,
+            "seconds": time.perf_counter() - start}
 
 
 def measure(cfgs: list[dict], M, N, K, count, layout, device, matmul, progress=None, target_s: float = 0.15) -> list[dict]:

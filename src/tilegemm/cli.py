@@ -218,7 +218,7 @@ def cmd_tune(args) -> int:
         table = Table(title=f"tuning candidates for {args.arch or 'sm_90'} (no GPU: nothing timed)")
         _add_columns(table, ("shape", "layout", "candidates", "heuristic config"))
         for (M, N, K, layout, batch) in cases:
-            cands = autotune.candidates(M, N, K, batch, 132, limits, args.top)
+            cands = autotune.candidates(M, N, K, batch, 132, limits, args.top or 24)
             h = selection.heuristic(M, N, K, batch)
             table.add_row(format_shape(M, N, K, batch), layout, str(len(cands)), " ".join(f"{k}={v}" for k, v in h.items()))
         console.print(table)
@@ -239,13 +239,14 @@ def cmd_tune(args) -> int:
         task = progress.add_task("tuning", total=len(cases))
         for (M, N, K, layout, batch) in cases:
             progress.update(task, description=f"tuning {format_shape(M, N, K, batch)} {layout}")
-            tuned.append(autotune.tune_shape(dev, layout, M, N, K, batch, matmul=api.matmul, top=args.top))
+            tuned.append(autotune.tune_shape(dev, layout, M, N, K, batch, matmul=api.matmul, top=args.top,
+                                               full=args.full))
             progress.advance(task)
     table = Table(title=f"tuned on {gpu.device_properties().name}")
-    _add_columns(table, ("shape", "layout", "TFLOPS", "tried", "config"))
+    _add_columns(table, ("shape", "layout", "TFLOPS", "tried", "seconds", "config"))
     for r in tuned:
         table.add_row(format_shape(r["M"], r["N"], r["K"], r["count"]), r["layout"], _fmt(r["tflops"]),
-                      str(len(r["tried"])), " ".join(f"{k}={v}" for k, v in r["config"].items()))
+                      f'{len(r["tried"])} ({r["mode"]})', f'{r["seconds"]:.1f}', " ".join(f"{k}={v}" for k, v in r["config"].items()))
     console.print(table)
     console.print(f"tuning cache: {sel.cache_path}")
     if ship:
@@ -356,7 +357,10 @@ def build_parser() -> ArgParser:
     which.add_argument("--shapes", nargs="+", metavar="SHAPE", type=SHAPE, help=f"{SHAPE_HELP}; default: the bench suite")
     which.add_argument("--suite", action="store_true", help="the bench suite (the default)")
     p.add_argument("--layouts", **layouts, help="layouts to tune; default: NN (other layouts fall back to NN's entry)")
-    p.add_argument("--top", type=POSITIVE, default=24, help="candidates timed per shape; default: %(default)s")
+    p.add_argument("--top", type=POSITIVE, help="candidates timed per shape; default: 6 (24 with --full)")
+    p.add_argument("--full", action="store_true",
+                   help="search the family's whole grid (tens of seconds a shape) instead of timing the cost "
+                   "model's best candidates (a few seconds a shape)")
     p.add_argument("--ship", metavar="DIR", help="also write the results as a shippable table into DIR")
     p.add_argument("--out", help="also write every candidate's timing to OUT/tune.json")
     p.add_argument("--arch", type=ARCH, help="arch for the GPU-free listing (default sm_90)")

@@ -109,14 +109,15 @@ def predict(c: dict, name: str, cfg: dict, M: int, N: int, K: int, count: int, p
     return t
 
 
-def choose(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int) -> tuple[str, dict, float]:
-    """(name, config, predicted microseconds) of the candidate the model predicts fastest;
-    ``per_sm``: blocks per SM by build (``build``)."""
-    best = None
-    for name, cfg in candidates(M, N, K, count, sms):
-        if build(name) not in per_sm:
-            continue
-        t = predict(c, name, cfg, M, N, K, count, per_sm[build(name)], sms)
-        if best is None or t < best[2]:
-            best = (name, cfg, t)
-    return best
+def ranked(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int) -> list[tuple[str, dict, float]]:
+    """Every candidate with a build in ``per_sm`` (blocks per SM by build, ``build``) as (name,
+    config, predicted microseconds), the fastest first."""
+    out = [(name, cfg, predict(c, name, cfg, M, N, K, count, per_sm[build(name)], sms))
+           for name, cfg in candidates(M, N, K, count, sms) if build(name) in per_sm]
+    return sorted(out, key=lambda x: x[2])
+
+
+def choose(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int) -> tuple[str, dict, float] | None:
+    """(name, config, predicted microseconds) of the candidate the model predicts fastest."""
+    best = ranked(c, per_sm, M, N, K, count, sms)
+    return best[0] if best else None

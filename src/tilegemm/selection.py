@@ -215,12 +215,19 @@ class Selector:
             if tuned_for != layout and spills(cfg, layout, self.props.arch):
                 continue
             return cfg, name
-        if self._model and self._model["sms"] == self.props.sms:
-            _, cfg, _ = model.choose(self._model["constants"], self._model["blocks_per_sm"], M, N, K, count,
-                                     self.props.sms)
-            if not check_config(cfg, limits):
-                return dict(cfg), "model"
+        for cfg in self.predicted(M, N, K, count, 1):
+            return cfg, "model"
         return heuristic(M, N, K, count, self.props.sms, getattr(self.props, "l2_bytes", 0) or (50 << 20)), "heuristic"
+
+    def predicted(self, M, N, K, count, n: int) -> list[dict]:
+        """The ``n`` configs the cost model predicts fastest for this shape, the fastest first
+        (none where this GPU has no fitted model table)."""
+        self.tables()
+        if not self._model or self._model["sms"] != self.props.sms:
+            return []
+        limits = Limits.from_props(self.props)
+        ranked = model.ranked(self._model["constants"], self._model["blocks_per_sm"], M, N, K, count, self.props.sms)
+        return [dict(cfg) for _, cfg, _ in ranked if not check_config(cfg, limits)][:n]
 
     def __call__(self, layout, M, N, K, count) -> tuple[dict, str]:
         key = (layout, M, N, K, count)

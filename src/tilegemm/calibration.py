@@ -36,7 +36,8 @@ def fit(rows: list[dict], per_sm: dict, sms: int, iterations: int = 60) -> tuple
     ms); returns (constants, root mean square of the log error)."""
     import numpy as np
 
-    rows = [r for r in rows if r.get("ms") and model.build(r["candidate"]) in per_sm]
+    rows = [r for r in rows if r.get("ms") and model.build(r["candidate"]) in per_sm
+            and model.current(r["candidate"], r["config"])]
     names = _names()
     x = np.log(np.array([_start()[n] for n in names]))
     y = np.log(np.array([1e3 * r["ms"] for r in rows]))
@@ -69,14 +70,16 @@ def fit(rows: list[dict], per_sm: dict, sms: int, iterations: int = 60) -> tuple
 
 
 def load_calibration(paths) -> tuple[list[dict], dict, int, str]:
-    """(rows, blocks per SM by build (model.build), SMs, GPU name) of calibration files of one GPU."""
+    """(rows, blocks per SM by build (model.build), SMs, GPU name) of calibration files of one GPU;
+    rows and blocks per SM of tile configs the model no longer runs (``model.current``) are left out."""
     rows, per_sm, sms, gpu = [], {}, None, None
     for p in paths:
         d = json.loads(Path(p).read_text())
         if d.get("kind") != "calibration" or (gpu and d["gpu"] != gpu):
             raise ValueError(f"{p} is not a calibration file of {gpu or 'one GPU'}")
-        rows += d["rows"]
-        per_sm.update({model.build(name): n for name, n in d["blocks_per_sm"].items()})
+        rows += [r for r in d["rows"] if model.current(r["candidate"], r["config"])]
+        per_sm.update({model.build(name): n for name, n in d["blocks_per_sm"].items()
+                       if model.current(name, d["configs"][name])})
         sms, gpu = d["sms"], d["gpu"]
     return rows, per_sm, sms, gpu
 

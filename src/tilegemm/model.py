@@ -33,14 +33,14 @@ TILES = {
     "128x128w": {"bm": 128, "bn": 128, "tm": 8, "tn": 8, "ln": 4, "minb": 0, **_PIPE},
     "64x256": {"bm": 64, "bn": 256, "tm": 8, "tn": 16, "ln": 8, "minb": 0, **_PIPE},
     "64x128": {"bm": 64, "bn": 128, "tm": 8, "tn": 8, "ln": 8, "minb": 0, **_PIPE},
-    "128x64": {"bm": 128, "bn": 64, "tm": 8, "tn": 8, "ln": 4, "minb": 0, **_PIPE},
-    "64x64": {"bm": 64, "bn": 64, "tm": 4, "tn": 8, "ln": 8, "minb": 0, **_PIPE},
+    "128x64": {"bm": 128, "bn": 64, "tm": 8, "tn": 8, "ln": 8, "minb": 0, **_PIPE},
+    "64x64": {"bm": 64, "bn": 64, "tm": 8, "tn": 4, "ln": 8, "minb": 0, **_PIPE},
     "32x256": {"bm": 32, "bn": 256, "tm": 8, "tn": 16, "ln": 8, "minb": 0, **_PIPE},
 }
 SPLITS = (2, 4, 8, 16, 32, 64, 128, 256)
-SPLIT_TILES = ("128x128", "64x128", "64x64", "32x256")  # also run split over K
+SPLIT_TILES = ("128x128", "64x128", "128x64", "64x64", "32x256")  # also run split over K
 STREAM_K_TILES = ("256x128", "128x128", "128x128w")  # also run as stream-K
-SUMMED_TILES = ("128x128", "64x128")  # also split over K and summed in the kernel
+SUMMED_TILES = ("128x128", "64x128", "128x64", "64x64")  # also split over K and summed in the kernel
 GLOBALS = ("red0", "red1", "hand", "summed", "launch")
 
 
@@ -70,6 +70,13 @@ def build(name: str) -> str:
     a split count is a launch argument, not a build."""
     tile = name.split()[0]
     return f"{tile} stream-K" if name.endswith("stream-K") else f"{tile} summed" if name.endswith("summed") else tile
+
+
+def current(name: str, cfg: dict) -> bool:
+    """Whether ``cfg`` (a calibration row's config) is the tile config that candidate ``name`` runs
+    now: rows measured with an earlier config of a tile are left out of the fit."""
+    tile = TILES.get(name.split()[0])
+    return tile is not None and all(cfg.get(k) == v for k, v in tile.items())
 
 
 def _round(c: dict, tile: str, q: int, iters: int) -> float:

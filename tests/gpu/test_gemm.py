@@ -11,12 +11,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tilegemm
-from tilegemm import autotune, fastpath, registry, selection
+from tilegemm import autotune, fastpath, model, registry, selection
 
 pytestmark = pytest.mark.gpu
 
 TOL = 1e-5
-N_CASES = 520
+N_CASES = 640
 
 # configs the property test also forces (config=...), besides the default selection
 CONFIGS = [
@@ -39,6 +39,12 @@ CONFIGS = [
     {**selection.BIG, "splits": 3, "sk": 2},
     {**selection.MEDIUM, "splits": 2, "sk": 2},
 ]
+# every class of config the cost model can choose: each tile one block per tile, split over K with
+# the reduction, summed in the kernel, and stream-K
+CONFIGS += [{**cfg, "splits": 1} for cfg in model.TILES.values()]
+CONFIGS += [{**model.TILES[t], "splits": 3} for t in model.SPLIT_TILES]
+CONFIGS += [{**model.TILES[t], "splits": 3, "sk": 2} for t in model.SUMMED_TILES]
+CONFIGS += [{**model.TILES[t], "splits": 1, "sk": 1} for t in model.STREAM_K_TILES]
 
 
 def _matrix(cp, rng, rows, cols, trans, pad, offset, lead=()):

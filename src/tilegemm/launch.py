@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -183,6 +183,20 @@ class Step:
     repeat: int = 1
     strides: tuple = ()
 
+    def launch(self, base: tuple, flags: tuple | None, stream, pdl: bool = True) -> None:
+        """Launch on ``stream`` with the pointers ``base`` (A, B, C, D, W) and ``flags`` ((flags
+        pointer, epoch) for a stream-K launch); ``pdl=False`` drops PDL from the first launch."""
+        args = list(self.args)
+        for slot, which, off in self.ptrs:
+            args[slot] = base[which] + off
+        if flags is not None:
+            args[self.flags[0]], args[self.flags[1]] = flags
+        (self.go if pdl or not self.go.pdl else self.go.without_pdl())(args, stream)
+        for _ in range(self.repeat - 1):
+            for (slot, _, _), step in zip(self.ptrs, self.strides):
+                args[slot] += step
+            self.go(args, stream)
+
 
 @dataclass(frozen=True)
 class Program:
@@ -194,21 +208,46 @@ class Program:
     work_floats: int
     steps: tuple
     config: dict | None = None  # the family config it runs (None: a rung, or K = 0)
+    scratch: bool = field(init=False)  # needs a workspace or hand-over flags
+
+    def __post_init__(self):
+        object.__setattr__(self, "scratch", bool(self.work_floats) or any(st.flags is not None for st in self.steps))
 
     def run(self, pa: int, pb: int, pc: int, pd: int, stream) -> None:
         if self.swap:
             pa, pb = pb, pa
+        if self.scratch and capturing(stream):
+            return self._run_captured(pa, pb, pc, pd, stream)
         work = workspace(self.work_floats, stream) if self.work_floats else None
         base = (pa, pb, pc, pd, int(work.data.ptr) if work is not None else 0)
         for st in self.steps:
-            args = list(st.args)
-            for slot, which, off in st.ptrs:
-                args[slot] = base[which] + off
+            flags = sk_flags(self.device, stream, st.flags[2]) if st.flags is not None else None
+            st.launch(base, flags, stream)
+
+    def _run_captured(self, pa: int, pb: int, pc: int, pd: int, stream) -> None:
+        """The same launches recorded into a CUDA graph being captured on ``stream``: the workspace
+        and the hand-over flags are allocated, zeroed and freed inside the graph (stream-ordered
+        allocation nodes and a memset node), so every replay starts from zeroed flags in memory
+        the graph owns; the flagged launches take epochs 1, 2, ... in order.  The first launch after
+        those nodes goes without PDL (its programmatic edge would follow a memory node)."""
+        rt = gpu.cupy().cuda.runtime
+        s = int(stream.ptr)
+        work_bytes = -(-4 * self.work_floats // 256) * 256
+        flag_ints = max((st.flags[2] for st in self.steps if st.flags is not None), default=0)
+        mem = rt.mallocAsync(work_bytes + 4 * flag_ints, s)
+        if flag_ints:
+            rt.memsetAsync(mem + work_bytes, 0, 4 * flag_ints, s)
+        base, epoch = (pa, pb, pc, pd, mem if self.work_floats else 0), 0
+        for i, st in enumerate(self.steps):
+            flags = None
             if st.flags is not None:
-                f_slot, e_slot, blocks = st.flags
-                args[f_slot], args[e_slot] = sk_flags(self.device, stream, blocks)
-            st.go(args, stream)
-            for _ in range(st.repeat - 1):
-                for (slot, _, _), step in zip(st.ptrs, st.strides):
-                    args[slot] += step
-                st.go(args, stream)
+                epoch += 1
+                flags = (mem + work_bytes, epoch)
+            st.launch(base, flags, stream, pdl=i > 0)
+        rt.freeAsync(mem, s)
+
+
+def capturing(stream) -> bool:
+    """Whether ``stream`` is capturing a CUDA graph (CuPy's or torch's capture)."""
+    ptr = int(getattr(stream, "ptr", 0) or 0)
+    return bool(ptr) and gpu.cupy().cuda.runtime.streamIsCapturing(ptr) != 0

@@ -126,6 +126,16 @@ class PreparedLaunch:
             cfg.numAttrs = 0
         self.pdl = bool(pdl)
         self._lock = threading.Lock()
+        self._key = (fn_ptr, tuple(grid), tuple(block), tuple(types), smem)
+        self._plain = None
+
+    def without_pdl(self) -> "PreparedLaunch":
+        """The same launch without the PDL attribute."""
+        if not self.pdl:
+            return self
+        if self._plain is None:
+            self._plain = PreparedLaunch(*self._key, pdl=False)
+        return self._plain
 
     def __call__(self, args, stream) -> None:
         driver = self._driver

@@ -22,8 +22,8 @@ import tilegemm.torch as tgt  # noqa: E402
 from tilegemm import torch_ops  # noqa: E402
 from tilegemm.arrays import Operand  # noqa: E402
 from tilegemm.plan import plan  # noqa: E402
+from torch_checks import assert_gemm_and_gradients  # noqa: E402
 
-TOL = 1e-5
 
 
 # --------------------------------------------------------------------------- a CPU stand-in for tilegemm
@@ -275,11 +275,6 @@ def test_opcheck(cpu_tilegemm, i):
     torch.library.opcheck(getattr(torch.ops.tilegemm, name).default, args)
 
 
-def _rel(x, ref):
-    x, ref = x.detach().double(), ref.detach()
-    return float((x - ref).norm() / max(float(ref.norm()), 1e-30))
-
-
 GRAD_CASES = [  # (a shape, b shape, c shape or None): layouts are parametrized separately
     ((5, 7), (7, 3), None), ((4, 5, 7), (7, 3), None), ((5, 7), (4, 7, 3), None), ((2, 1, 5, 7), (3, 7, 3), None),
     ((7,), (7, 3), None), ((5, 7), (7,), None), ((7,), (4, 7, 3), None), ((7,), (7,), None),
@@ -295,17 +290,7 @@ def check_gradients(sa, sb, sc, layout, alpha, beta, device):
 
     a, b = make(sa, layout[0]), make(sb, layout[1])
     c = make(sc, layout[1]) if sc is not None else None
-    ins = [x for x in (a, b, c) if x is not None]
-    res = tgt.gemm(a, b, c, alpha=alpha, beta=beta if c is not None else 0.0)
-    grad = torch.randn_like(res)
-    got = torch.autograd.grad(res, ins, grad)
-    d = [x.detach().double().requires_grad_() for x in ins]
-    ref = alpha * torch.matmul(d[0], d[1]) + (beta * d[2] if c is not None else 0)
-    want = torch.autograd.grad(ref, d, grad.double())
-    assert res.shape == ref.shape and _rel(res, ref) < TOL
-    for name, g, w in zip("abc", got, want):
-        assert g.shape == w.shape and g.dtype == torch.float32, name
-        assert _rel(g, w) < TOL, name
+    assert_gemm_and_gradients(a, b, c, alpha, beta)
 
 
 @pytest.mark.parametrize("sa,sb,sc", GRAD_CASES, ids=str)

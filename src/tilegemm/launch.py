@@ -191,7 +191,7 @@ class Step:
             args[slot] = base[which] + off
         if flags is not None:
             args[self.flags[0]], args[self.flags[1]] = flags
-        (self.go if pdl or not self.go.pdl else self.go.without_pdl())(args, stream)
+        (self.go if pdl else self.go.without_pdl())(args, stream)
         for _ in range(self.repeat - 1):
             for (slot, _, _), step in zip(self.ptrs, self.strides):
                 args[slot] += step

@@ -9,10 +9,10 @@ torch = pytest.importorskip("torch")
 
 import tilegemm.torch as tgt  # noqa: E402
 from tilegemm import torch_ops  # noqa: E402
+from torch_checks import TOL, assert_gemm_and_gradients, rel  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
-TOL = 1e-5
 
 
 @pytest.fixture(scope="module")
@@ -36,11 +36,6 @@ def rand(shape, layout="N", grad=False):
     else:
         x = torch.randn(shape[:-2] + (shape[-1], shape[-2]), device="cuda").mT
     return x.requires_grad_(grad)
-
-
-def rel(x, ref) -> float:
-    x, ref = x.detach().double(), ref.detach().double()
-    return float((x - ref).norm() / max(float(ref.norm()), 1e-30))
 
 
 # --------------------------------------------------------------------------- opcheck
@@ -82,17 +77,7 @@ GRAD_CASES = [  # (a shape, b shape, c shape or None)
 def check(sa, sb, sc, layout, alpha, beta):
     a, b = rand(sa, layout[0], True), rand(sb, layout[1], True)
     c = rand(sc, layout[1], True) if sc is not None else None
-    ins = [x for x in (a, b, c) if x is not None]
-    res = tgt.gemm(a, b, c, alpha=alpha, beta=beta if c is not None else 0.0)
-    grad = torch.randn_like(res)
-    got = torch.autograd.grad(res, ins, grad)
-    d = [x.detach().double().requires_grad_() for x in ins]
-    ref = alpha * torch.matmul(d[0], d[1]) + (beta * d[2] if c is not None else 0)
-    want = torch.autograd.grad(ref, d, grad.double())
-    assert res.shape == ref.shape and res.dtype == torch.float32 and rel(res, ref) < TOL
-    for name, g, w in zip("abc", got, want):
-        assert g.shape == w.shape and g.dtype == torch.float32, name
-        assert rel(g, w) < TOL, name
+    assert_gemm_and_gradients(a, b, c, alpha, beta)
 
 
 @pytest.mark.parametrize("sa,sb,sc", GRAD_CASES, ids=str)

@@ -29,17 +29,22 @@ def stream_for(kind: str, device: int):
     cupy = gpu.cupy()
     if kind != "torch":
         return cupy.cuda.get_current_stream()
-    import torch
-
-    ts = torch.cuda.current_stream(device)
-    stream = _ext_streams.get((device, ts.cuda_stream))
+    ptr = _torch_stream(device)
+    stream = _ext_streams.get((device, ptr))
     if stream is None:
         if len(_ext_streams) > 256:
             _ext_streams.clear()
-        from_external = getattr(cupy.cuda.Stream, "from_external", None)
-        stream = from_external(ts) if from_external else cupy.cuda.ExternalStream(ts.cuda_stream, device)
-        _ext_streams[(device, ts.cuda_stream)] = stream
+        stream = _ext_streams[(device, ptr)] = cupy.cuda.ExternalStream(ptr, device)
     return stream
+
+
+def _torch_stream(device: int) -> int:
+    """The handle of torch's current stream on ``device`` (its raw query where torch has one: a
+    per-call cost, ``torch.cuda.current_stream`` builds a Stream object)."""
+    import torch
+
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return int(raw(device)) if raw is not None else int(torch.cuda.current_stream(device).cuda_stream)
 
 
 def stream_kind(p: Plan) -> str:

@@ -44,7 +44,7 @@ def _meta(x):
         mem = x.data
         return ("cupy", x.shape, x.strides, x.dtype.char, mem.device_id), mem.ptr
     if mod.startswith("torch") and x.is_cuda:
-        return ("torch", tuple(x.shape), x.stride(), x.dtype, x.device.index), x.data_ptr()
+        return ("torch", x.shape, x.stride(), x.dtype, x.get_device()), x.data_ptr()
     return None
 
 

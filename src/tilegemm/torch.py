@@ -67,9 +67,12 @@ def matmul(a, b, *, out=None):
     """
     _tensor(a, "a")
     _tensor(b, "b")
-    if out is not None:
-        return gemm(a, b, out=out)
-    return torch_ops.matmul(a, b)
+    if out is None:
+        return torch_ops.matmul(a, b)
+    _tensor(out, "out")
+    _no_grad_with_out(a=a, b=b, out=out)
+    torch_ops.gemm_out(a, b, None, 1.0, 0.0, out)
+    return out
 
 
 def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, out=None):

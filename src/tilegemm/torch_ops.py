@@ -285,7 +285,9 @@ def gemm(a, b, c, alpha: float, beta: float):
 
 def gemm_out(a, b, c, alpha: float, beta: float, out) -> None:
     """Write alpha * a @ b + beta * c into ``out``, as ``matmul`` picks its path."""
-    if direct(a, b, c, out):
+    if c is None and alpha == 1.0 and beta == 0.0 and direct(a, b, out):
+        api.matmul(a, b, out=out)
+    elif direct(a, b, c, out):
         api.gemm(a, b, c, alpha=alpha, beta=beta, out=out)
     else:
         GEMM_OUT(a, b, c, alpha, beta, out)

@@ -1,7 +1,9 @@
 """Time kernel configs beside cuBLAS (each checked against float64 first) and write a results file.
 
-usage: python scripts/sweep.py --tag NAME [--sizes SHAPE ...] [--layouts NN ...] [--out DIR] -- ENTRY...
-ENTRY: a kernel name, or KERNEL:NAME=VALUE,... (e.g. gemm:stages=3,bk=16).  SHAPE: MxNxK,
+usage: python scripts/sweep.py --tag NAME [--sizes SHAPE ...] [--layouts NN ...] [--refs R ...] [--out DIR] -- ENTRY...
+ENTRY: a kernel name, gemm-tf32x3 / gemm-tf32 (the default path at that precision), or
+KERNEL:NAME=VALUE,... (e.g. gemm:stages=3,bk=16; gemm:mma=3,... runs the family on the tensor
+cores).  R: torch, triton, cublas-tf32 (references beside cuBLAS).  SHAPE: MxNxK,
 BATCHxMxNxK or N.  Results go to DIR (default $OUT, else benchmarks/results) as
 <gpu>-<date>-<tag>.json, recording this command and the commit (set TILEGEMM_COMMIT on a machine
 whose copy of the checkout has no .git).
@@ -18,6 +20,7 @@ def main(argv=None) -> int:
     p.add_argument("--tag", required=True)
     p.add_argument("--sizes", nargs="+", type=argtype(parse_shape, "shape"), default=[parse_shape("4096")])
     p.add_argument("--layouts", nargs="+", default=["NN"], choices=registry.LAYOUTS)
+    p.add_argument("--refs", nargs="*", default=[], choices=sorted(bench.REFERENCES))
     p.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
     p.add_argument("entries", nargs="+")
     args = parse_args(p, argv)
@@ -28,17 +31,19 @@ def run(args) -> int:
     kernels = []
     for e in args.entries:
         name, _, cfg = e.partition(":")
-        registry.get(name)
+        bench.kernel_name(name)
         kernels.append((name, parse_config(cfg)))
     arch = gpu.device_properties().arch
     for name, cfg in kernels:  # what ptxas made of each (this machine's NVRTC)
+        kernel, prec = bench.kernel_name(name)
+        full = {"mma": registry.PRECISIONS[prec], **(cfg or {})} if kernel == registry.FAMILY.name else cfg
         for layout in args.layouts:
-            r = registry.get(name).compile(cfg, layout=layout, arch=arch).resources
+            r = registry.get(kernel).compile(full, layout=layout, arch=arch).resources
             print(f"{name}:{cfg} {layout} regs {r.registers} spills {r.spill_stores}/{r.spill_loads} stack {r.stack_bytes}")
     rows = []
     for M, N, K, batch in args.sizes:
         for layout in args.layouts:
-            for r in bench.measure(kernels, M, N, K, layout, batch=batch):
+            for r in bench.measure(kernels, M, N, K, layout, batch=batch, refs=args.refs):
                 rows.append(r)
                 cfg = ",".join(f"{k}={v}" for k, v in (r.config or {}).items())
                 print(f"{layout} {format_shape(M, N, K, batch)} {r.kernel:12s} {r.tflops:7.2f} TFLOPS {r.ratio:6.3f}x "

@@ -1,5 +1,6 @@
 """GPU-free: every kernel compiles for sm_80 and sm_90, SASS is spill-free, the cache is sound."""
 
+import collections
 import multiprocessing
 import os
 from pathlib import Path
@@ -26,7 +27,31 @@ def test_every_rung_compiles_without_local_memory(name, arch, layout):
     assert f".target\t{arch}" in listing
     assert not sass.uses_local_memory(listing), "LDL/STL in the SASS: a spill or a run-time indexed array"
     ops = sass.opcode_counts(listing)
-    assert ops["FFMA"] >= 1
+    if registry.get(name).precision == "fp32":
+        assert ops["FFMA"] >= 1
+    else:  # the products on the tensor cores, in the K loop
+        loop = sass.main_loop(*sass.parse(listing))
+        assert sum(i.op == "HMMA.1688.F32.TF32" for i in loop) >= 16
+        assert not any(i.base == "FFMA" for i in loop)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("layout", registry.LAYOUTS)
+@pytest.mark.parametrize("mma, tile, bk", [(3, (128, 128), 16), (3, (64, 64), 8), (1, (128, 128), 16),
+                                           (1, (64, 128), 16)])
+def test_tensor_core_family_configs_compile_without_spills(mma, tile, bk, layout, arch):
+    """The family's mma configs: TF32 mma.sync in the K loop (three per product tile for TF32x3, one
+    for TF32), no FFMA there, no local memory, in every layout, for sm_80 and sm_90."""
+    F = registry.FAMILY
+    cfg = {"bm": tile[0], "bn": tile[1], "bk": bk, "tm": 8, "tn": 8, "ln": 8, "minb": 1, "stages": 3, "mma": mma}
+    k = F.compile(cfg, layout=layout, arch=arch)
+    assert k.resources.spills == 0 and k.resources.stack_bytes == 0
+    listing = sass.disassemble(k.cubin)
+    assert not sass.uses_local_memory(listing)
+    loop = sass.main_loop(*sass.parse(listing))
+    hmma = sum(i.op == "HMMA.1688.F32.TF32" for i in loop)
+    assert hmma == mma * 16 * (bk // 8)  # a warp's 16 mma tiles per k step of 8, bk / 8 steps
+    assert not any(i.base == "FFMA" for i in loop)
 
 
 def test_tiled_rung_uses_barriers_and_shared_loads():
@@ -176,7 +201,7 @@ def test_elf_resources_agree_with_ptxas(name, arch):
     assert elf.shared_bytes == k.resources.shared_bytes
 
 
-LADDER = [n for n in sorted(registry.RUNGS) if n >= "03"]
+LADDER = [n for n in sorted(registry.RUNGS) if n >= "03" and registry.get(n).precision == "fp32"]  # FFMA rungs
 
 
 def _ops(name, arch="sm_90", layout="NN", vec=4, params=None):
@@ -326,3 +351,23 @@ def test_split_k_summed_in_the_kernel_builds_without_spills(arch):
     lim = Limits.for_arch("sm_90")
     assert not registry.FAMILY.violations(registry.FAMILY.params({"sk": 2, "splits": 4}), lim)
     assert registry.FAMILY.violations(registry.FAMILY.params({"sk": 3}), lim)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("layout", registry.LAYOUTS)
+@pytest.mark.parametrize("vec", [4, 1])
+def test_rung9_reads_fragments_as_float4_and_copies_by_cp_async(layout, arch, vec):
+    """Rung 9's K loop per shared tile of bk: bk / 8 mma k steps of six LDS.128 (16 A values, 8 B
+    values per lane) and 48 mma (three passes of 16 tiles); operands copied by cp.async, 16 bytes a
+    copy only where the operand keeps its orientation and is aligned (vec = 4)."""
+    spec = registry.get("09_mma_tf32x3")
+    bk = spec.params()["bk"]
+    listing = sass.disassemble(spec.compile(layout=layout, arch=arch, vec=vec).cubin)
+    loop = sass.main_loop(*sass.parse(listing))
+    ops = collections.Counter(i.op for i in loop if i.pred != "@!PT")
+    assert ops["HMMA.1688.F32.TF32"] == 48 * (bk // 8)
+    assert ops["LDS.128"] == 6 * (bk // 8)
+    assert not any(k.startswith("LDS") and k != "LDS.128" for k in ops)
+    assert not any(k.split(".")[0] == "LDG" for k in ops)  # no loads through registers
+    wide = sum(v for k, v in ops.items() if k.startswith("LDGSTS") and ".128" in k)
+    assert (wide > 0) == (vec == 4 and layout != "NT")

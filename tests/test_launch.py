@@ -138,7 +138,7 @@ PA, PB, PD = 0x10000000, 0x20000000, 0x30000000
 
 
 def run(p, cfg, stubs):
-    prog = dispatch.build(p, 0, (PA, PB, 0, PD), lambda key: cfg)
+    prog = dispatch.build(p, 0, (PA, PB, 0, PD), lambda key, precision: cfg)
     prog.run(PA, PB, 0, PD, stream=None)
     return prog, [(g, a) for g, a in stubs.log]
 
@@ -232,7 +232,7 @@ def test_a_rung_launches_once_per_product(stubs):
 
 def test_unaligned_operands_take_the_narrow_build(stubs):
     p = plan(op("a", (64, 64), ptr=PA + 4), op("b", (64, 64), ptr=PB), op("out", (64, 64), ptr=PD))
-    dispatch.build(p, 0, (PA + 4, PB, 0, PD), lambda key: {**BIG, "splits": 1})
+    dispatch.build(p, 0, (PA + 4, PB, 0, PD), lambda key, precision: {**BIG, "splits": 1})
     assert stubs.built[-1][2] == 1
 
 
@@ -240,5 +240,5 @@ def test_the_selection_sees_the_oriented_problem(stubs):
     seen = []
     out = op("out", (300, 200), strides=(1, 300), ptr=PD)
     p = plan(op("a", (300, 50), ptr=PA), op("b", (50, 200), ptr=PB), out)
-    dispatch.build(p, 0, (PA, PB, 0, PD), lambda key: seen.append(key) or {**BIG, "splits": 1})
+    dispatch.build(p, 0, (PA, PB, 0, PD), lambda key, precision: seen.append(key) or {**BIG, "splits": 1})
     assert seen == [("TT", 200, 300, 50, 1)]

@@ -16,7 +16,7 @@ _FAMILY = registry.FAMILY.name
 
 
 def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, out=None, kernel: str | None = None,
-         config: dict | None = None, pdl: bool = True):
+         config: dict | None = None, pdl: bool = True, precision: str = "fp32"):
     """``alpha * (a @ b) + beta * c`` in FP32 on the GPU, with ``numpy.matmul``'s shape rules.
 
     ``c`` broadcasts to the result's shape (a bias row of shape (N,) works) and is read only when
@@ -24,24 +24,25 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, out=None, kernel: str | None = No
     (it may be c itself for an in-place update); by default a new array of a's type whose matrices
     follow c's layout.  Inputs are never modified.  ``pdl``: on sm_90+ launch the family's kernels
     as programmatic dependents of the kernel before them (the default; results are the same either
-    way).  See ``matmul`` for the rest.
+    way).  See ``matmul`` for the rest, ``precision`` included.
     """
     if c is None and type(alpha) in (int, float) and alpha == 1 and type(beta) in (int, float) and beta == 0:
-        res = fastpath.call(a, b, out, _FAMILY if kernel is None else kernel, config, pdl)
+        res = fastpath.call(a, b, out, _FAMILY if kernel is None else kernel, config, pdl, precision)
         if res is not fastpath.MISS:
             return res
     a, b = _from_dlpack(a, "a"), _from_dlpack(b, "b")
     c = _from_dlpack(c, "c") if c is not None else None
     out = _from_dlpack(out, "out") if out is not None else None
     p = plan(describe(a, "a"), describe(b, "b"), describe(out, "out") if out is not None else None, kernel,
-             config, describe(c, "c") if c is not None else None, alpha, beta, pdl)
+             config, describe(c, "c") if c is not None else None, alpha, beta, pdl, precision)
     generation = selection.generation()
     result, program = dispatch.run(p, choose_config)
     fastpath.remember(p, program, generation)
     return result
 
 
-def matmul(a, b, *, out=None, kernel: str | None = None, config: dict | None = None, pdl: bool = True):
+def matmul(a, b, *, out=None, kernel: str | None = None, config: dict | None = None, pdl: bool = True,
+           precision: str = "fp32"):
     """``a @ b`` for float32 arrays, in FP32 on the GPU, with ``numpy.matmul``'s semantics.
 
     a: (..., M, K) or (K,); b: (..., K, N) or (K,); batch dimensions broadcast.  NumPy, CuPy, torch
@@ -52,17 +53,20 @@ def matmul(a, b, *, out=None, kernel: str | None = None, config: dict | None = N
     ``kernel``: a kernel name (``tilegemm.kernels()``); by default the production family with the
     config tuned for this GPU and shape.  ``config``: that kernel's parameters (e.g.
     ``{"bm": 64, "bk": 16, "bn": 64, "rm": 4, "rn": 4}`` for ``05_double_buffered``), checked
-    against its declared constraints.
+    against its declared constraints.  ``precision``: "fp32" (FFMAs, the default), "tf32x3" (tensor
+    cores at FP32 accuracy) or "tf32" (tensor cores, 10-bit mantissas); docs/accuracy.md.
     """
-    return gemm(a, b, None, out=out, kernel=kernel, config=config, pdl=pdl)
+    return gemm(a, b, None, out=out, kernel=kernel, config=config, pdl=pdl, precision=precision)
 
 
-def choose_config(device: int, key: tuple) -> dict:
+def choose_config(device: int, key: tuple, precision: str = "fp32") -> dict:
     """The family's config for ``key`` (layout, M, N, K, count) on ``device``.  With
     TILEGEMM_AUTOTUNE=1, a shape the selection has no measured config for (its config comes from the
     model or the heuristic) is tuned first through
     this module's ``matmul`` (which names every candidate's config, so it selects nothing), one
     tuner per shape: a second caller waits for the first and takes its result."""
+    if precision != "fp32":  # the tensor cores
+        return selection.select_mma(device, precision, *key)
     config, source = selection.select(device, *key)
     if source in ("tuned", "shipped") or os.environ.get("TILEGEMM_AUTOTUNE") != "1":
         return config

@@ -8,9 +8,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import api, gpu, selection, timing
+from . import api, gpu, registry, selection, timing
 
 TOLERANCE = timing.TOLERANCE
+# the check's bound on the relative error, per precision: TF32 keeps 10 of FP32's 23 mantissa bits
+TOLERANCES = {"fp32": TOLERANCE, "tf32x3": TOLERANCE, "tf32": 5e-3}
 
 
 @dataclass
@@ -29,14 +31,14 @@ class Row:
     config: dict | None = None  # kernel parameters, where not the kernel's defaults
     selected: dict | None = None  # the tuned path: the config it chose and where from
     case: str | None = None  # the case's name, in named sets (suites.REAL)
+    precision: str = "fp32"  # what the products were computed with (registry.PRECISIONS)
 
 
-def _torch_mm():
+def _torch_mm(tf32: bool = False):
     import torch
 
-    torch.backends.cuda.matmul.allow_tf32 = False  # strict FP32 (cuBLAS SGEMM)
-
-    def run(a, b, out):
+    def run(a, b, out):  # strict FP32 (cuBLAS SGEMM), or cuBLAS in TF32 (torch's allow_tf32)
+        torch.backends.cuda.matmul.allow_tf32 = tf32
         torch.matmul(torch.from_dlpack(a), torch.from_dlpack(b), out=torch.from_dlpack(out))
 
     return run
@@ -56,7 +58,16 @@ def _triton_mm():
     return run
 
 
-REFERENCES = {"torch": _torch_mm, "triton": _triton_mm}
+REFERENCES = {"torch": _torch_mm, "triton": _triton_mm, "cublas-tf32": lambda: _torch_mm(tf32=True)}
+REFERENCE_PRECISION = {"cublas-tf32": "tf32"}
+
+
+def kernel_name(name: str) -> tuple[str, str]:
+    """(kernel, precision) of a bench entry: "gemm" (the default path in FP32), "gemm-tf32x3" or
+    "gemm-tf32" (the default path at that precision), or a rung (its own precision)."""
+    base, _, precision = name.partition("-") if name.startswith(("gemm-", "tilegemm-")) else (name, "", "")
+    spec = registry.get("gemm" if base == "tilegemm" else base)
+    return spec.name, registry.check_precision(precision) if precision else spec.precision
 
 
 def available_references() -> list[str]:
@@ -64,7 +75,7 @@ def available_references() -> list[str]:
     try:
         import torch  # noqa: F401
 
-        out.append("torch")
+        out += ["torch", "cublas-tf32"]
         from . import triton_ref
 
         if triton_ref.available():
@@ -82,30 +93,40 @@ def measure(kernels, M, N, K, layout="NN", progress=None, batch=1, refs=(), case
     cupy = gpu.cupy()
     sets, outs = timing.input_sets(M, N, K, layout, batch)
     flop = 2.0 * M * N * K * batch
-    entries = [("cublas", lambda a, b, out: cupy.matmul(a, b, out=out), None, None)]
-    entries += [(name, REFERENCES[name](), None, None) for name in refs]
+    entries = [("cublas", lambda a, b, out: cupy.matmul(a, b, out=out), None, None, "fp32")]
+    entries += [(name, REFERENCES[name](), None, None, REFERENCE_PRECISION.get(name, "fp32")) for name in refs]
     for entry in kernels:
         name, config = (entry, None) if isinstance(entry, str) else entry
-        if name in ("gemm", "tilegemm") and config is None:
-            cfg, src = selection.select(gpu.current_device(), layout, M, N, K, batch)
-            entries.append(("tilegemm", lambda a, b, out: api.matmul(a, b, out=out), None, {"source": src, **cfg}))
+        kernel, prec = kernel_name(name)
+        if config and "mma" in config:  # a family config on the tensor cores
+            prec = {v: k for k, v in registry.PRECISIONS.items()}[config["mma"]]
+            config = {k: v for k, v in config.items() if k != "mma"}
+        if kernel == registry.FAMILY.name and config is None:
+            dev = gpu.current_device()
+            if prec == "fp32":
+                cfg, src = selection.select(dev, layout, M, N, K, batch)
+            else:
+                cfg, src = selection.select_mma(dev, prec, layout, M, N, K, batch), "heuristic"
+            entries.append(("tilegemm" if prec == "fp32" else f"tilegemm-{prec}",
+                            lambda a, b, out, prec=prec: api.matmul(a, b, out=out, precision=prec), None,
+                            {"source": src, **cfg}, prec))
         else:
-            entries.append((name, lambda a, b, out, name=name, config=config:
-                            api.matmul(a, b, out=out, kernel=name, config=config), config, None))
+            entries.append((name, lambda a, b, out, name=kernel, config=config, prec=prec:
+                            api.matmul(a, b, out=out, kernel=name, config=config, precision=prec), config, None, prec))
     # every implementation is checked first (fresh inputs each); the ones that pass are timed
     # together, taking turns
-    errs = [timing.check(fn, M, N, K, layout, batch) for _, fn, _, _ in entries]
-    timed = [j for j, err in enumerate(errs) if err < TOLERANCE]
+    errs = [timing.check(e[1], M, N, K, layout, batch) for e in entries]
+    timed = [j for j, err in enumerate(errs) if err < TOLERANCES[entries[j][4]]]
     ms = [float("nan")] * len(entries)
     runs = [lambda i, fn=entries[j][1]: fn(*sets[i], outs[i]) for j in timed]
     for j, t in zip(timed, timing.time_interleaved(runs, len(sets), target_s)):
         ms[j] = t
     ref_tflops = flop / ms[0] / 1e9
     rows = []
-    for (name, _, config, selected), err, t in zip(entries, errs, ms):
+    for (name, _, config, selected, prec), err, t in zip(entries, errs, ms):
         tflops = flop / t / 1e9
         rows.append(Row(name, M, N, K, layout, batch, tflops, t, ref_tflops, tflops / ref_tflops, err, config,
-                        selected, case))
+                        selected, case, prec))
         if progress:
             progress(rows[-1])
     return rows

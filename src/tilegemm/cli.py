@@ -44,11 +44,11 @@ def _results_table(rows, title) -> Table:
     return table
 
 
-def _report_failures(rows, tolerance) -> int:
-    failed = [r for r in rows if not r.rel_err < tolerance]
+def _report_failures(rows, tolerances) -> int:
+    failed = [r for r in rows if not r.rel_err < tolerances[r.precision]]
     for r in failed:
         console.print(f"[red]FAILED[/red] {r.kernel} {r.config or ''} {format_shape(r.M, r.N, r.K, r.batch)} "
-                      f"{r.layout}: relative error {r.rel_err:.2e} >= {tolerance:.0e}")
+                      f"{r.layout}: relative error {r.rel_err:.2e} >= {tolerances[r.precision]:.0e}")
     return 1 if failed else 0
 
 
@@ -58,9 +58,8 @@ def _cases(shapes, layouts) -> list[tuple]:
 
 
 def _kernel_names(names) -> list[str]:
-    for n in names:
-        registry.get(n)  # unknown names raise here, before any work
-    return list(names)
+    from .bench import kernel_name
+    return [n for n in names if kernel_name(n)]  # unknown names and precisions raise here, before any work
 
 
 def _writable_out(args) -> None:
@@ -77,9 +76,11 @@ def _static_table(names, arch: str) -> Table:
     limits = Limits.for_arch(arch)
     table = Table(title=f"Kernels compiled for {arch} (NVRTC; no GPU needed)")
     _add_columns(table, ("kernel", "regs", "smem B", "spills B", "occupancy/SM", "what changed"))
+    from .bench import kernel_name
     for name in names:
-        spec = registry.get(name)
-        params = spec.params()
+        kernel, precision = kernel_name(name)
+        spec = registry.get(kernel)
+        params = spec.params({"mma": registry.PRECISIONS[precision]} if spec is registry.FAMILY else None)
         r = spec.compile(params, arch=arch).resources
         occ = occupancy(spec.threads(params), r.registers, r.shared_bytes + spec.smem(params), limits)
         table.add_row(name, str(r.registers), str(r.shared_bytes + spec.smem(params)), str(r.spills),
@@ -135,9 +136,10 @@ def cmd_bench(args) -> int:
                                   target_s=0.3 if draw else 0.6, progress=lambda r: progress.advance(task))
     console.print(_results_table(rows, f"tilegemm bench on {gpu.device_properties().name}"))
     extra = dict(header)
-    ours = [r for r in rows if r.kernel in ("tilegemm",) + tuple(names)]
+    ours = [r for r in rows if r.kernel.startswith("tilegemm") or r.kernel in names]
     if ours:
-        extra["geomean_ratio"] = {ours[0].kernel: bench.geomean([r.ratio for r in ours if r.kernel == ours[0].kernel])}
+        extra["geomean_ratio"] = {k: bench.geomean([r.ratio for r in ours if r.kernel == k])
+                                  for k in dict.fromkeys(r.kernel for r in ours)}
         for ref in refs:
             extra["geomean_ratio"][ref] = bench.geomean([r.ratio for r in rows if r.kernel == ref])
         console.print("geometric mean of the ratio to cuBLAS: " +
@@ -156,7 +158,7 @@ def cmd_bench(args) -> int:
         path = results.write(doc, args.out, tag)
         (bench.plot_draw if draw else bench.plot_suite)(doc, path.with_suffix(".png"))
         console.print(f"results written to {path} and {path.with_suffix('.png')}")
-    return _report_failures(rows, bench.TOLERANCE)
+    return _report_failures(rows, bench.TOLERANCES)
 
 
 def cmd_ladder(args) -> int:
@@ -201,7 +203,7 @@ def cmd_ladder(args) -> int:
         path = results.write(doc, args.out, args.tag)
         ladder.plot(doc, path.with_suffix(".png"))
         console.print(f"results written to {path} and {path.with_suffix('.png')}")
-    return _report_failures(rows, bench.TOLERANCE)
+    return _report_failures(rows, bench.TOLERANCES)
 
 
 def cmd_tune(args) -> int:
@@ -322,10 +324,11 @@ def build_parser() -> ArgParser:
                        help="common real-world shapes: transformer layers, non-power-of-two squares, long-K "
                        "reductions, least squares")
     p.add_argument("--seed", type=POSITIVE_OR_ZERO, help="the random draw's seed (default: a fresh one, recorded)")
-    p.add_argument("--kernels", nargs="+", metavar="NAME", help="gemm (the tuned default path) and/or ladder rungs; default: gemm")
+    p.add_argument("--kernels", nargs="+", metavar="NAME", help="gemm (the default path), gemm-tf32x3, gemm-tf32 (the "
+                   "default path at that precision) and/or ladder rungs; default: gemm")
     p.add_argument("--layouts", **layouts, help="operand layouts for --sizes (each) and --random (drawn), T = "
                    "transposed view; default: NN")
-    p.add_argument("--refs", nargs="*", choices=("torch", "triton"),
+    p.add_argument("--refs", nargs="*", choices=("torch", "triton", "cublas-tf32"),
                    help="references beside cuBLAS, where installed; default: torch triton")
     p.add_argument("--no-overhead", action="store_true", help="skip the per-call host overhead measurement")
     p.add_argument("--out", default="benchmarks/results", help="results folder; default: %(default)s")

@@ -75,7 +75,7 @@ def pointer(arr) -> int:
 
 
 def _again(p: Plan, a: Operand, b: Operand, c: Operand | None, out: Operand | None) -> Plan:
-    return plan(a, b, out, p.kernel, dict(p.config), c, p.alpha, p.beta, p.pdl)
+    return plan(a, b, out, p.kernel, dict(p.config), c, p.alpha, p.beta, p.pdl, p.precision)
 
 
 def _on_device(p: Plan) -> Plan:
@@ -95,8 +95,8 @@ def _on_device(p: Plan) -> Plan:
 
 
 def run(p: Plan, choose):
-    """Run ``p``; ``choose(device, geometry.key)`` gives the family's config where the call names
-    none.  NumPy inputs are copied to the current GPU (its current stream) and planned again there;
+    """Run ``p``; ``choose(device, geometry.key, precision)`` gives the family's config where the
+    call names none.  NumPy inputs are copied to the current GPU (its current stream) and planned again there;
     their result comes back as NumPy (or into the NumPy ``out``).  Returns (the result, the program
     that computed it, None when there was nothing to launch)."""
     gpu.require_gpu("tilegemm.matmul")
@@ -120,7 +120,7 @@ def run(p: Plan, choose):
         pa, pb, pc = p.a.op.ptr, p.b.op.ptr, p.c.op.ptr if p.c is not None else 0
         program = None
         if p.M and p.N and p.count:
-            program = build(p, device, (pa, pb, pc, pd), lambda key: choose(device, key))
+            program = build(p, device, (pa, pb, pc, pd), lambda key, precision: choose(device, key, precision))
             program.run(pa, pb, pc, pd, stream)
         if host:
             res = result.get(stream=stream).reshape(shape)
@@ -138,7 +138,7 @@ def run(p: Plan, choose):
 
 def build(p: Plan, device: int, ptrs: tuple, choose) -> Program:
     """The launches of ``p`` for pointers ``ptrs`` (a, b, c, d as the call names them; their
-    16-byte alignment picks the load width)."""
+    16-byte alignment picks the load width); ``choose(key, precision)``: the family's config."""
     g = p.geom
     pa, pb, pc, pd = ptrs
     if g.swap:
@@ -146,7 +146,9 @@ def build(p: Plan, device: int, ptrs: tuple, choose) -> Program:
     beta = p.beta if p.c is not None else 0.0
     config = None
     if g.K and p.kernel == FAMILY:
-        config = dict(p.config) if p.config else dict(choose(g.key))
+        config = dict(p.config) if p.config else dict(choose(g.key, p.precision))
+        if p.precision != "fp32":  # the precision sets "mma" (the plan checked a given one agrees)
+            config["mma"] = registry.PRECISIONS[p.precision]
     steps, work = [], 0
     for oa, ob, oc, od in g.offsets:
         at = (pa + 4 * oa, pb + 4 * ob, pc + 4 * oc, pd + 4 * od)

@@ -1,5 +1,5 @@
 """The repeat-call memo: after a first call has been planned, checked and run, a call with the same
-array types, shapes, strides, dtypes, device, 16-byte alignment, kernel, config and PDL choice
+array types, shapes, strides, dtypes, device, 16-byte alignment, kernel, config, PDL choice and precision
 (only the pointers differ) runs the stored program of launches: no validation beyond the overlap
 test (which depends on the pointers), no selection, no compiling, no file I/O.
 
@@ -51,22 +51,22 @@ def _meta(x):
 _NO_OUT = ((None,), 0)
 
 
-def _key(ma, mb, mo, kernel, config, pdl) -> tuple:
-    return (ma[0], ma[1] % 16, mb[0], mb[1] % 16, mo[0], mo[1] % 16, kernel, config, pdl)
+def _key(ma, mb, mo, kernel, config, pdl, precision) -> tuple:
+    return (ma[0], ma[1] % 16, mb[0], mb[1] % 16, mo[0], mo[1] % 16, kernel, config, pdl, precision)
 
 
-def call(a, b, out, kernel, config, pdl):
+def call(a, b, out, kernel, config, pdl, precision="fp32"):
     """The result of a remembered call, or MISS."""
     ma, mb = _meta(a), _meta(b)
     mo = _meta(out) if out is not None else _NO_OUT
-    if ma is None or mb is None or mo is None or type(pdl) is not bool:
+    if ma is None or mb is None or mo is None or type(pdl) is not bool or type(precision) is not str:
         return MISS
     if config is not None:  # only what the full path accepts as it is: a dict of ints (it reports the rest)
         if type(config) is not dict or any(type(v) is not int for v in config.values()):
             return MISS
         config = tuple(sorted(config.items()))
     try:
-        e = _memo.get(_key(ma, mb, mo, kernel, config or (), pdl))
+        e = _memo.get(_key(ma, mb, mo, kernel, config or (), pdl, precision))
     except TypeError:  # unhashable: the full path reports it
         return MISS
     if e is None or gpu.cupy().cuda.runtime.getDevice() != e.device:
@@ -112,7 +112,7 @@ def remember(p: Plan, program: Program | None, generation: int | None = None) ->
     with _lock:
         if len(_memo) >= LIMIT:
             del _memo[next(iter(_memo))]
-        _memo[_key(ma, mb, mo, p.kernel, p.config, p.pdl)] = entry
+        _memo[_key(ma, mb, mo, p.kernel, p.config, p.pdl, p.precision)] = entry
 
 
 def clear() -> None:

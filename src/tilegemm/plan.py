@@ -88,6 +88,7 @@ class Plan:
     config: tuple = ()  # user-given kernel parameters, as sorted items
     pdl: bool = True  # launch as programmatic dependents where the kernel and the GPU allow
     geom: Geometry | None = None
+    precision: str = "fp32"  # registry.PRECISIONS: what the products are computed with
 
     @property
     def count(self) -> int:
@@ -187,8 +188,10 @@ def _config_items(spec: registry.KernelSpec, config) -> tuple:
 
 
 def plan(a: Operand, b: Operand, out: Operand | None = None, kernel: str | None = None,
-         config: dict | None = None, c: Operand | None = None, alpha=1.0, beta=0.0, pdl: bool = True) -> Plan:
+         config: dict | None = None, c: Operand | None = None, alpha=1.0, beta=0.0, pdl: bool = True,
+         precision: str = "fp32") -> Plan:
     """Check everything about a call that metadata can tell; raise before any launch."""
+    precision = registry.check_precision(precision)
     alpha, beta = _scalar(alpha, "alpha"), _scalar(beta, "beta")
     if not isinstance(pdl, bool):
         raise TypeError(f"pdl must be True or False, got {type(pdl).__name__} {pdl!r}")
@@ -310,14 +313,17 @@ def plan(a: Operand, b: Operand, out: Operand | None = None, kernel: str | None 
     name = registry.FAMILY.name if kernel is None else kernel
     spec = registry.get(name)  # unknown names raise here
     items = _config_items(spec, config)
+    registry.check_kernel_precision(spec, config, precision)
     if name != registry.FAMILY.name and (alpha != 1.0 or beta != 0.0):
         raise ValueError(
             f"kernel={name!r} is a ladder rung, which computes a @ b only; alpha and beta need "
             f"the default kernel (leave kernel=None)"
         )
     if config:
-        spec.check(spec.params(config), Limits.for_arch("sm_90"))
-    p = Plan(M, N, K, batch, shape, A, B, C, O, out_colmajor, alpha, beta, name, device, items, pdl)
+        extra = {"mma": registry.PRECISIONS[precision]} if spec is registry.FAMILY else {}
+        spec.check(spec.params({**config, **extra}), Limits.for_arch("sm_90"))
+    p = Plan(M, N, K, batch, shape, A, B, C, O, out_colmajor, alpha, beta, name, device, items, pdl,
+             precision=precision)
     return dataclasses.replace(p, geom=geometry(p))
 
 

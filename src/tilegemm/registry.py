@@ -1,4 +1,5 @@
-"""The kernels tilegemm knows: each a ``.cu`` file plus its parameters and their constraints.
+"""The kernels tilegemm knows: each a ``.cu`` file plus its parameters and their constraints
+(kernelspec.py says what a kernel spec is).
 
 Constraints are declared here once, in Python, and used by everything that needs them: the call
 path (errors), the tuner (pruning), the selection and the kernel build (passed as defines; the
@@ -9,119 +10,8 @@ follows are cited by title (docs/sources.md).
 
 from __future__ import annotations
 
-import numbers
-from dataclasses import dataclass
-from typing import Callable
-
-from . import compiler
-from .errors import ConfigError
-from .occupancy import Limits
-
-LAYOUTS = ("NN", "NT", "TN", "TT")
-
-
-@dataclass(frozen=True)
-class Constraint:
-    text: str  # shown in errors, e.g. "tile * tile <= 1024"
-    check: Callable[[dict, Limits], bool]
-
-
-@dataclass(frozen=True)
-class KernelSpec:
-    name: str  # "NN_name"
-    file: str
-    summary: str  # what changed from the rung before
-    defaults: dict
-    block: Callable[[dict], tuple[int, int, int]]
-    tile: Callable[[dict], tuple[int, int]]  # (rows of C, cols of C) per block
-    smem: Callable[[dict], int] = lambda p: 0  # dynamic shared memory per block, bytes
-    constraints: tuple[Constraint, ...] = ()
-    vec: bool = False  # takes TG_VEC: 4 = 16-byte loads/stores (aligned operands), 1 = 4-byte
-    linear_grid: bool = False  # 1-D grid of all tiles (the kernel maps block index -> tile)
-    entry: str = "tilegemm_kernel"
-    source: str = ""  # the document and section it follows (docs/sources.md)
-    runtime: tuple = ()  # parameters passed at launch, not compiled in (e.g. split-K's "splits")
-    waits: bool = False  # executes griddepcontrol.wait first, so it may be launched as a PDL dependent
-
-    def params(self, overrides: dict | None = None) -> dict:
-        """The defaults with ``overrides`` applied; unknown names and values that are not integers
-        raise ConfigError (no silent rounding of 3.5 to 3, no bools)."""
-        if overrides is not None and not isinstance(overrides, dict):
-            raise ConfigError(f"config must be a dict of parameter names to integers, got "
-                              f"{type(overrides).__name__}")
-        p = dict(self.defaults)
-        for k, v in (overrides or {}).items():
-            if k not in p:
-                raise ConfigError(
-                    f"{self.name} has no parameter {k!r}; its parameters are {sorted(p)}"
-                )
-            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-                raise ConfigError(f"config[{k!r}] must be an integer, got {type(v).__name__} {v!r}")
-            p[k] = int(v)
-        return p
-
-    def violations(self, params: dict, limits: Limits) -> list[str]:
-        """The constraints ``params`` break, in declaration order.  A constraint that cannot even be
-        evaluated (a division by a size an earlier constraint already rejected) counts as broken."""
-        bad = []
-        for c in self.constraints:
-            try:
-                ok = c.check(params, limits)
-            except ArithmeticError:
-                ok = False
-            if not ok:
-                bad.append(c.text)
-        return bad
-
-    def check(self, params: dict, limits: Limits) -> None:
-        bad = self.violations(params, limits)
-        if bad:
-            raise ConfigError(
-                f"{self.name} with {params} breaks: " + "; ".join(bad)
-            )
-
-    def defines(self, params: dict, layout: str = "NN", vec: int = 4, wide: bool = False) -> dict:
-        if layout not in LAYOUTS:
-            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-        d = {k.upper(): v for k, v in params.items() if k not in self.runtime}
-        d["TG_TRANS_A"] = int(layout[0] == "T")
-        d["TG_TRANS_B"] = int(layout[1] == "T")
-        if self.vec:
-            if vec not in (1, 4):
-                raise ValueError(f"vec must be 4 or 1, got {vec!r}")
-            d["TG_VEC"] = vec
-            if wide:  # 64-bit copy offsets (tg_async.cuh): see needs_wide_offsets
-                d["TG_OFF64"] = 1
-        return d
-
-    def tile_extent(self, params: dict) -> int:
-        """The most rows or columns an operand tile of this kernel spans (bm, bn or bk)."""
-        return max(*self.tile(params), int(params.get("bk", 32)))
-
-    def compiled_params(self, params: dict) -> dict:
-        """The parameters that select a cubin (runtime ones set to their defaults)."""
-        return {k: (self.defaults[k] if k in self.runtime else v) for k, v in params.items()}
-
-    def compile(self, params: dict | None = None, layout: str = "NN", arch=None,
-                use_cache: bool = True, vec: int = 4, limits: "Limits | None" = None,
-                wide: bool = False) -> compiler.CompiledKernel:
-        p = self.params(params)
-        arch = compiler.normalize_arch(arch)
-        self.check(p, limits or Limits.for_arch(arch))
-        return compiler.compile_file(
-            self.file, entry=self.entry, defines=self.defines(p, layout, vec, wide), arch=arch,
-            use_cache=use_cache,
-        )
-
-    def threads(self, params: dict) -> int:
-        x, y, z = self.block(params)
-        return x * y * z
-
-    def grid(self, M: int, N: int, params: dict) -> tuple[int, int, int]:
-        bm, bn = self.tile(params)
-        gm, gn = (M + bm - 1) // bm, (N + bn - 1) // bn
-        return (gm * gn, 1, 1) if self.linear_grid else (gn, gm, 1)
-
+from .kernelspec import LAYOUTS, PRECISIONS, Constraint, KernelSpec, check_precision  # noqa: F401 (re-exported)
+from .occupancy import Limits  # noqa: F401 (re-exported)
 
 RUNGS: dict[str, KernelSpec] = {}
 
@@ -258,6 +148,24 @@ _register(KernelSpec(
 ))
 
 
+_register(KernelSpec(
+    name="09_mma_tf32x3", file="09_mma_tf32x3.cu",
+    summary="mma.sync m16n8k8 TF32 on the tensor cores, operands split big + small: FP32 accuracy",
+    source="3xTF32 (Ootomo & Yokota; CUTLASS), docs/perf-notes.md",
+    defaults={"bk": 16, "stages": 3, "swizzle": 8},
+    block=lambda p: (256, 1, 1), tile=lambda p: (128, 128), vec=True, linear_grid=True,
+    smem=lambda p: p["stages"] * p["bk"] * (132 + 132) * 4,
+    precision="tf32x3", extra={"TG_MMA_PASSES": 3},
+    constraints=(
+        _c("bk is 8, 16 or 32 (whole mma k steps)", lambda p, lim: p["bk"] in (8, 16, 32)),
+        _c("stages is 2, 3 or 4", lambda p, lim: p["stages"] in (2, 3, 4)),
+        _c("swizzle >= 0", lambda p, lim: p["swizzle"] >= 0),
+        _c("stages * bk * 264 * 4 bytes <= shared memory per block",
+           lambda p, lim: p["stages"] * p["bk"] * 264 * 4 <= lim.smem_per_block_optin),
+    ),
+))
+
+
 # --------------------------------------------------------------------------- the production family
 
 
@@ -282,8 +190,12 @@ def family_smem(p) -> int:
 
 def family_regs_estimate(p) -> int:
     """Registers a config needs at least (accumulators, two fragment sets, the tile staged in
-    registers when stages = 0, ~24 for pointers and indices); the tuner prunes on it before
-    compiling, ptxas has the last word."""
+    registers when stages = 0, ~24 for pointers and indices; with mma: the 64 accumulators, as
+    many again for the small products (mma = 3), the fragments split in two, ~60 for addresses, as
+    ptxas allocates them: 225-250 and 125-170); the tuner prunes on it before compiling, ptxas has
+    the last word."""
+    if p.get("mma", 0):
+        return 224 if p["mma"] == 3 else 124
     staged = (p["bm"] * p["bk"] + p["bk"] * p["bn"]) // _threads(p) if p["stages"] == 0 else 0
     return p["tm"] * p["tn"] + 2 * (p["tm"] + p["tn"]) + staged + 24
 
@@ -319,17 +231,21 @@ FAMILY_CONSTRAINTS = (
     _c("order is 0 (FFMAs row by row) or 1 (serpentine rows)", lambda p, lim: p["order"] in (0, 1)),
     _c("sk is 0 (a block per tile), 1 (stream-K, which takes splits = 1) or 2 (split-K summed in the kernel)",
        lambda p, lim: p["sk"] in (0, 1, 2) and (p["sk"] != 1 or p["splits"] == 1)),
+    _c("mma is 0 (FFMA), 1 (TF32 tensor cores) or 3 (TF32x3)", lambda p, lim: p["mma"] in (0, 1, 3)),
+    _c("with mma: tm = tn = 8, bm a multiple of 64 and bn of 32 (warps of 64 x 32), bk a multiple of 8, "
+       "stages >= 2", lambda p, lim: p["mma"] == 0 or (p["tm"] == p["tn"] == 8 and p["bm"] % 64 == 0
+                                                       and p["bn"] % 32 == 0 and p["bk"] % 8 == 0 and p["stages"] >= 2)),
 )
 
 FAMILY = KernelSpec(
     name="gemm",
     file="gemm.cu",
     summary="the production family: rung 8 with every tile size a parameter, batches, alpha/beta, split-K, "
-            "stream-K",
+            "stream-K; rung 9's tensor-core products with mma = 1 or 3",
     source="beyond the sources: rung 8 generalised (docs/perf-notes.md)",
     # the best config of the H100/H200 sweeps at 4096^3 and 8192^3 (selection.HUGE; rung 8's shape)
     defaults={"bm": 256, "bn": 128, "bk": 8, "tm": 16, "tn": 8, "ln": 2, "minb": 1, "swizzle": 8,
-              "stages": 3, "splits": 1, "order": 1, "sk": 0},
+              "stages": 3, "splits": 1, "order": 1, "sk": 0, "mma": 0},
     block=lambda p: (_threads(p), 1, 1),
     tile=lambda p: (p["bm"], p["bn"]),
     smem=family_smem,
@@ -346,6 +262,18 @@ REDUCE = KernelSpec(
     defaults={}, block=lambda p: (256, 1, 1), tile=lambda p: (1, 1), entry="tilegemm_splitk_reduce",
     waits=True,
 )
+
+def check_kernel_precision(spec: "KernelSpec", config, precision: str) -> None:
+    """A rung computes one precision, and the family's config may name its "mma": either must agree
+    with ``precision`` (no silent change of precision)."""
+    if spec is not FAMILY and spec.precision != precision:
+        raise ValueError(f"kernel={spec.name!r} computes {spec.precision}, but precision={precision!r}; pass "
+                         f"precision={spec.precision!r} to run it")
+    if spec is FAMILY and config and "mma" in config and config["mma"] != PRECISIONS[precision]:
+        want = {v: k for k, v in PRECISIONS.items()}.get(config["mma"])
+        raise ValueError(f"config['mma'] = {config['mma']!r} computes {want or 'nothing'}, but precision={precision!r}; "
+                         f"leave 'mma' out of config (precision= sets it)")
+
 
 def get(name: str) -> KernelSpec:
     if not isinstance(name, str):

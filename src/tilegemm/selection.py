@@ -293,5 +293,39 @@ def reset() -> None:
         _generation += 1
 
 
+# --------------------------------------------------------------------------- tensor cores (mma = 1, 3)
+#
+# The tensor-core configs (warps of 64 x 32 with TF32 mma.sync, gemm.cu MMA = 1 or 3) and the blocks
+# of each an SM holds: TF32x3 keeps three 8 x 8 sets of sums per lane (225-255 registers), so a
+# block of 128 threads takes half an SM's registers.  Not in the cost model or the tables yet; the
+# heuristic below picks among them (docs/perf-notes.md, "Tensor cores").
+MMA_WIDE = {"bm": 64, "bn": 128, "bk": 16, "tm": 8, "tn": 8, "ln": 8, "minb": 2, "swizzle": 8, "stages": 3}
+MMA_SMALL = {"bm": 64, "bn": 64, "bk": 8, "tm": 8, "tn": 8, "ln": 8, "minb": 4, "swizzle": 8, "stages": 4}
+MMA_PER_SM = {3: (2, 4), 1: (3, 6)}  # blocks per SM of MMA_WIDE, MMA_SMALL (registers), by passes
+
+
+def mma_heuristic(M: int, N: int, K: int, count: int, mma: int, sms: int = 132, wide_ok: bool = True) -> dict:
+    """The 64 x 128 tile where it makes four waves or more (TF32x3; one for TF32) and compiles without
+    spilling for the layout (``wide_ok``); else the 64 x 64 tile, whose finer grain loses less to a
+    partial last wave, split over K (each split >= 512 long, at most 64) while twice the blocks
+    still fit on the SMs at once."""
+    wide, small = (n * sms for n in MMA_PER_SM[mma])
+    if wide_ok and _blocks(MMA_WIDE, M, N, count) >= (4 if mma == 3 else 1) * wide:
+        return {**MMA_WIDE, "splits": 1}
+    blocks, splits = _blocks(MMA_SMALL, M, N, count), 1
+    while blocks * splits * 2 <= small and splits < 64 and K // (splits * 2) >= 512:
+        splits *= 2
+    return {**MMA_SMALL, "splits": splits}
+
+
+def select_mma(device: int, precision: str, layout: str, M: int, N: int, K: int, count: int) -> dict:
+    """The tensor-core config for this shape (``precision`` "tf32x3" or "tf32"; the caller sets
+    "mma" from it)."""
+    props = gpu.device_properties(device)
+    mma = registry.PRECISIONS[precision]
+    wide_ok = not spills({**MMA_WIDE, "mma": mma}, layout, props.arch)
+    return mma_heuristic(M, N, K, count, mma, props.sms, wide_ok)
+
+
 def check_config(cfg: dict, limits: Limits) -> list[str]:
     return registry.FAMILY.violations(registry.FAMILY.params(cfg), limits)

@@ -94,6 +94,11 @@ def cases(draw):
 @settings(max_examples=N_CASES, deadline=None, suppress_health_check=list(HealthCheck))
 @given(case=cases())
 def test_property_against_float64(cp, case):
+    check_case(cp, case, CONFIGS[case["config"]])
+
+
+def check_case(cp, case, config, precision="fp32", tol=TOL):
+    """One drawn case through tilegemm.gemm at ``precision`` with ``config`` (None: selected)."""
     rng = np.random.default_rng()
     M, N, K = case["M"], case["N"], case["K"]
     if case["a_vec"]:
@@ -115,7 +120,6 @@ def test_property_against_float64(cp, case):
             c = c.swapaxes(-1, -2)
         else:
             c = cp.asarray(rng.standard_normal(ref_shape, dtype=np.float32))
-    config = CONFIGS[case["config"]]
     inputs = [x.copy() for x in (a, b) + ((c,) if c is not None else ())]
     a64, b64 = cp.asnumpy(a).astype(np.float64), cp.asnumpy(b).astype(np.float64)
     ref = alpha * np.matmul(a64, b64)
@@ -125,7 +129,7 @@ def test_property_against_float64(cp, case):
         yard = yard + abs(beta) * np.abs(cp.asnumpy(c).astype(np.float64))
     if case["c_kind"] == "out" and c is not None and c.shape == ref_shape:
         out = c  # in place: out = alpha a @ b + beta out
-        res = tilegemm.gemm(a, b, c, alpha=alpha, beta=beta, out=out, config=config)
+        res = tilegemm.gemm(a, b, c, alpha=alpha, beta=beta, out=out, config=config, precision=precision)
         assert res is out
         inputs = inputs[:2]
     elif case["out_given"]:
@@ -133,15 +137,15 @@ def test_property_against_float64(cp, case):
             out = cp.full(ref_shape[:-2] + ref_shape[-2:][::-1], np.nan, dtype=np.float32).swapaxes(-1, -2)
         else:
             out = cp.full(ref_shape, np.nan, dtype=np.float32)
-        res = tilegemm.gemm(a, b, c, alpha=alpha, beta=beta, out=out, config=config)
+        res = tilegemm.gemm(a, b, c, alpha=alpha, beta=beta, out=out, config=config, precision=precision)
         assert res is out
     else:
-        res = tilegemm.gemm(a, b, c, alpha=alpha, beta=beta, config=config)
+        res = tilegemm.gemm(a, b, c, alpha=alpha, beta=beta, config=config, precision=precision)
     assert res.shape == ref_shape, (res.shape, ref_shape)
     got = cp.asnumpy(res).astype(np.float64)
     den = max(np.linalg.norm(ref), 0.1 * np.linalg.norm(yard))  # see conftest.scale
     err = np.linalg.norm(got - ref) / (den if den else 1.0)
-    assert err < TOL, (case, err)
+    assert err < tol, (case, precision, err)
     for x, x0 in zip((a, b, c), inputs):
         assert cp.array_equal(x, x0), "an input was modified"
 

@@ -128,12 +128,15 @@ def loops(instrs: list[Instr], labels: dict[str, int]) -> list[tuple[int, int]]:
     return found
 
 
+PRODUCTS = ("FFMA", "HMMA")  # the instructions that do a GEMM's multiply-adds: FFMA, or tensor-core mma
+
+
 def main_loop(instrs: list[Instr], labels: dict[str, int]) -> list[Instr]:
-    """The K loop: the smallest loop holding at least 80% of the most FFMAs any loop holds (so a
-    loop around the K loop, such as stream-K's walk over tile segments, is passed over); the whole
-    program when there is no loop with an FFMA in it."""
+    """The K loop: the smallest loop holding at least 80% of the most products (FFMA or HMMA) any
+    loop holds (so a loop around the K loop, such as stream-K's walk over tile segments, is passed
+    over); the whole program when there is no loop with a product in it."""
     bodies = [instrs[a:b + 1] for a, b in loops(instrs, labels)]
-    counts = [sum(x.base == "FFMA" for x in body) for body in bodies]
+    counts = [sum(x.base in PRODUCTS for x in body) for body in bodies]
     if not counts or not max(counts):
         return instrs
     return min((body for body, n in zip(bodies, counts) if n >= 0.8 * max(counts)), key=len)
@@ -159,7 +162,7 @@ def mix(body: list[Instr]) -> collections.Counter:
             c["other"] += 1
         elif ins.base in _MEMORY:
             c[f"{ins.base}.{width_bits(ins.op)}"] += 1
-        elif ins.base in ("FFMA", "BAR", "BRA", "FMUL", "FADD", "IMAD", "IADD3", "LEA", "ISETP", "MOV"):
+        elif ins.base in ("FFMA", "HMMA", "BAR", "BRA", "FMUL", "FADD", "IMAD", "IADD3", "LEA", "ISETP", "MOV"):
             c[ins.base] += 1
         else:
             c["other"] += 1
@@ -208,6 +211,7 @@ class LoopReport:
     bank_model: str
     lds: dict  # LDS width (bits) -> count
     ldg: dict
+    hmma: int = 0  # tensor-core mma instructions (the products of the tf32x3 / tf32 kernels)
 
 
 def register_bank_conflicts(body: list[Instr], model: str = "volta") -> tuple[int, int, int, int]:
@@ -252,5 +256,5 @@ def inspect(listing: str, model: str = "volta") -> LoopReport:
     return LoopReport(
         instructions=len(body), mix=dict(m), ffma=ffma, ffma_share=ffma / max(1, len(body)),
         reuse_operands=flags, reuse_hits=hits, ffma_sources=reads, bank_conflicts=extra,
-        bank_model=model, lds=width("LDS"), ldg=width("LDG"),
+        bank_model=model, lds=width("LDS"), ldg=width("LDG"), hmma=m.get("HMMA", 0),
     )

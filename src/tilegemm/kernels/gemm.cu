@@ -18,6 +18,9 @@
 //   ORDER      the order of a k step's TM x TN FFMAs: 0 row by row; 1 row by row, every other
 //              row backwards (a serpentine).  The FFMAs are the same; ptxas allocates registers
 //              differently, and the register-bank conflicts differ (docs/perf-notes.md)
+//   MMA        0: FFMAs (everything above).  1 or 3: the products on the tensor cores, TF32 or
+//              TF32x3 (tg_mma.cuh; rung 9): warps of 64 x 32, TM = TN = 8, BK a multiple of 8,
+//              STAGES >= 2; LN and ORDER are not used
 //   TG_VEC, TG_TRANS_A, TG_TRANS_B: as in every rung (tg_common.cuh, tg_tiles.cuh); TG_OFF64 as
 //              in tg_async.cuh
 //   SK         0: one block per tile (and split).  1: stream-K (Osama et al., PPoPP'23): a fixed grid
@@ -36,6 +39,10 @@
 // visible (it returns at once after an ordinary launch).
 #include "tg_tiles.cuh"
 #include "tg_async.cuh"
+#if MMA
+#define TG_MMA_PASSES MMA
+#include "tg_mma.cuh"
+#endif
 
 #ifndef BM
 #define BM 128
@@ -70,6 +77,9 @@
 #ifndef SK
 #define SK 0
 #endif
+#ifndef MMA
+#define MMA 0
+#endif
 
 #define ROWS_T (BM / TM)            // threads along M
 #define COLS_T (BN / TN)            // threads along N
@@ -77,6 +87,15 @@
 #define LM (32 / LN)                // lanes of a warp along M
 #define WARPS_N (COLS_T / LN)
 #define PAD 4
+// a thread's acc[i][j] is C(m0 + (i / 4) * RSTEP + tr * 4 + i % 4, n0 + (j / 4) * CSTEP + tc * 4 + j % 4)
+#if MMA
+#define RSTEP 32  // tg_mma.cuh: a lane's rows are two runs of four, 32 apart; its 8 columns one run
+#define CSTEP 4
+#define WN_MMA (BN / 32)  // warps along N, each a 64 x 32 tile
+#else
+#define RSTEP (ROWS_T * 4)
+#define CSTEP (COLS_T * 4)
+#endif
 #define LDA_S (BM + PAD)
 #define LDB_S (BN + PAD)
 static_assert(TM % 4 == 0 && TN % 4 == 0, "thread tiles are made of 4 x 4 patches");
@@ -86,6 +105,8 @@ static_assert(NT % 32 == 0 && NT <= 1024, "whole warps, at most 1024 threads");
 static_assert(BK % 4 == 0, "BK is a multiple of 4 (float4 loads along k)");
 static_assert(STAGES == 0 || (STAGES >= 2 && STAGES <= 8), "STAGES is 0 or 2..8");
 static_assert(ORDER == 0 || ORDER == 1, "ORDER is 0 (rows) or 1 (serpentine)");
+static_assert(MMA == 0 || (TM == 8 && TN == 8 && BM % 64 == 0 && BN % 32 == 0 && BK % 8 == 0 && STAGES >= 2),
+              "MMA: 8 x 8 per lane, warps of 64 x 32, BK a multiple of 8, a cp.async pipeline");
 static_assert(SK >= 0 && SK <= 2, "SK is 0 (a block per tile), 1 (stream-K) or 2 (split-K summed in the kernel)");
 
 #if MINB > 0
@@ -140,10 +161,10 @@ __device__ __forceinline__ void epilogue(float (*acc)[TN], float *D, tg_idx ldd,
                                          int m0, int n0, int tr, int tc, int M, int N, float alpha, float beta) {
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
-        const int m = m0 + (i / 4) * ROWS_T * 4 + tr * 4 + i % 4;
+        const int m = m0 + (i / 4) * RSTEP + tr * 4 + i % 4;
 #pragma unroll
         for (int p = 0; p < TN / 4; ++p) {
-            const int n = n0 + p * COLS_T * 4 + tc * 4;
+            const int n = n0 + p * CSTEP + tc * 4;
             const float4 v = make_float4(acc[i][4 * p], acc[i][4 * p + 1], acc[i][4 * p + 2], acc[i][4 * p + 3]);
             store4<EDGE, BETA>(D, ldd, C, ldc, m, n, M, N, v, alpha, beta);
         }
@@ -246,6 +267,46 @@ __device__ __forceinline__ void k_loop_async(float (*acc)[TN], float *smem, cons
 #endif
 }
 
+// The K loop on the tensor cores (MMA = 1: TF32, 3: TF32x3; tg_mma.cuh): k_loop_async's pipeline,
+// each tile's k steps of 8 done by a warp's 16 (or 48) mma.sync; acc ends as the sum of the big
+// and the small products.
+__device__ __forceinline__ void k_loop_mma(float (*acc)[TN], float *smem, const float *A, tg_idx lda,
+                                           const float *B, tg_idx ldb, int M, int N, int K, int m0, int n0,
+                                           int tid) {
+#if MMA
+    constexpr int SA = BK * LDA_S, SS = SA + BK * LDB_S;
+    const unsigned s0 = tg_smem(smem);
+    const int T = (K + BK - 1) / BK;
+    AsyncOperands<BM, BN, BK, NT, LDA_S, LDB_S> g;
+    g.init(A, lda, B, ldb, M, N, K, m0, n0, K - T * BK, tid);
+    g.template copy<true>(s0, s0 + 4 * SA, true, lda, ldb, tid);
+#pragma unroll
+    for (int s = 1; s < STAGES - 1; ++s) g.template copy<false>(s0 + 4 * s * SS, s0 + 4 * (s * SS + SA), s < T, lda, ldb, tid);
+    const TgMmaLane<WN_MMA> lane(tid);
+    const int row = tg_mma_row(0, tid);
+    const float *as0 = smem + row * LDA_S + lane.a, *bs0 = smem + SA + row * LDB_S + lane.b;
+    float big[8][8], lo[8][8];  // a k tile's big products; the small ones over all of K
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) lo[i][j] = 0.0f;
+    int ro = 0, wo = (STAGES - 1) * SS;
+    for (int t = 0; t < T; ++t) {
+        tg_cp_wait<STAGES - 2>();  // tile t has landed, everyone is done reading tile t-1
+        __syncthreads();
+        g.template copy<false>(s0 + 4 * wo, s0 + 4 * (wo + SA), t + STAGES - 1 < T, lda, ldb, tid);
+        tg_mma_tile<BK, LDA_S, LDB_S>(acc, big, lo, as0 + ro, bs0 + ro);
+        wo = ro;
+        ro = ro == (STAGES - 1) * SS ? 0 : ro + SS;
+    }
+    tg_cp_wait<0>();
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[i][j] = tg_mma_sum(acc[i][j], lo[i][j]);
+#endif
+}
+
 // Helpers of the SK = 1 and SK = 2 kernels.  The SK = 0 kernel spells the same steps out inline, as it was measured:
 // calling these from it changes ptxas's register allocation of the K loop in some configs (TT at
 // 256 x 128, NN at 128 x 128 with 8 x 8 threads), and with it the speed (docs/perf-notes.md).
@@ -273,8 +334,9 @@ __device__ __forceinline__ void tile_mac(float (*acc)[TN], float *smem, const fl
         for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
     const int ao = tr * 4, bo = tc * 4;  // a thread's first column in the As / Bs rows
     const bool interior = m0 + BM <= M && n0 + BN <= N;
-    if (STAGES >= 2) k_loop_async(acc, smem, A, lda, B, ldb, M, N, K, m0, n0, tid, ao, bo);
-    else             k_loop_registers(acc, smem, A, lda, B, ldb, M, N, K, m0, n0, interior, tid, ao, bo);
+    if (MMA)              k_loop_mma(acc, smem, A, lda, B, ldb, M, N, K, m0, n0, tid);
+    else if (STAGES >= 2) k_loop_async(acc, smem, A, lda, B, ldb, M, N, K, m0, n0, tid, ao, bo);
+    else                  k_loop_registers(acc, smem, A, lda, B, ldb, M, N, K, m0, n0, interior, tid, ao, bo);
 }
 
 __device__ __forceinline__ void tile_store(float (*acc)[TN], float *D, tg_idx ldd, const float *C, tg_idx ldc,
@@ -330,7 +392,7 @@ __device__ __forceinline__ void share_fixup(const float *first, const float *sec
         }
         for (int h = 0; h < 2 && q + h < q1; ++h) {
             const int qq = q + h, i = qq / (TN / 4), p = qq % (TN / 4);
-            const int m = m0 + (i / 4) * ROWS_T * 4 + tr * 4 + i % 4, nn = n0 + p * COLS_T * 4 + tc * 4;
+            const int m = m0 + (i / 4) * RSTEP + tr * 4 + i % 4, nn = n0 + p * CSTEP + tc * 4;
             const float4 v = h == 0 ? v0 : v1;
             if (beta == 0.0f && interior) store4<false, false>(D, ldd, C, ldc, m, nn, M, N, v, alpha, beta);
             else if (beta == 0.0f)        store4<true, false>(D, ldd, C, ldc, m, nn, M, N, v, alpha, beta);
@@ -349,8 +411,12 @@ extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
     asm volatile("griddepcontrol.wait;" ::: "memory");  // PDL: see the header
 #endif
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+#if MMA  // tg_mma.cuh's lane layout: warp rows of 64, columns of 32
+    const int tr = (warp / WN_MMA) * 16 + lane / 4, tc = (warp % WN_MMA) * 8 + 2 * (lane % 4);
+#else
     const int tr = (warp / WARPS_N) * LM + lane / LN;  // 0 .. ROWS_T-1
     const int tc = (warp % WARPS_N) * LN + lane % LN;  // 0 .. COLS_T-1
+#endif
 #if SK == 0
     // which product, which k range (C and D are offset after the main loop: fewer live registers)
     const int k0 = (blockIdx.z % splits) * k_split;
@@ -376,8 +442,9 @@ extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
 #pragma unroll
         for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
     const int ao = tr * 4, bo = tc * 4;  // a thread's first column in the As / Bs rows
-    if (STAGES >= 2) k_loop_async(acc, smem, A, lda, B, ldb, M, N, K, m0, n0, tid, ao, bo);
-    else             k_loop_registers(acc, smem, A, lda, B, ldb, M, N, K, m0, n0, interior, tid, ao, bo);
+    if (MMA)              k_loop_mma(acc, smem, A, lda, B, ldb, M, N, K, m0, n0, tid);
+    else if (STAGES >= 2) k_loop_async(acc, smem, A, lda, B, ldb, M, N, K, m0, n0, tid, ao, bo);
+    else                  k_loop_registers(acc, smem, A, lda, B, ldb, M, N, K, m0, n0, interior, tid, ao, bo);
 
     C += (blockIdx.z / splits) * sC;
     D += blockIdx.z * sD;

@@ -1,0 +1,106 @@
+"""GPU-free: ``precision=`` ("fp32" by default, "tf32x3", "tf32"): validation, the rules that keep a
+precision from changing silently, the config the call path builds for each, and the tensor-core
+selection (valid, spill-free configs for every layout)."""
+
+import inspect
+
+import pytest
+
+import tilegemm
+from tilegemm import bench, dispatch, registry, selection
+from tilegemm.errors import ConfigError
+from tilegemm.occupancy import Limits
+from tilegemm.plan import plan
+
+from test_launch import PA, PB, PD, op, stubs  # noqa: F401 (a fixture)
+
+A, B = op("a", (300, 200), ptr=PA), op("b", (200, 100), ptr=PB)
+
+
+@pytest.mark.parametrize("fn", [tilegemm.matmul, tilegemm.gemm])
+def test_fp32_stays_the_default(fn):
+    assert inspect.signature(fn).parameters["precision"].default == "fp32"
+    assert plan(A, B).precision == "fp32"
+
+
+@pytest.mark.parametrize("bad", ["fp16", "TF32x3", "", None, 3, "tf32 "])
+def test_unknown_precisions_are_refused_with_the_choices(bad):
+    with pytest.raises(ValueError, match=r"precision must be one of 'fp32', 'tf32x3', 'tf32', got"):
+        plan(A, B, precision=bad)
+
+
+def test_a_rung_runs_only_at_its_own_precision():
+    with pytest.raises(ValueError, match=r"kernel='09_mma_tf32x3' computes tf32x3, but precision='fp32'; pass "
+                                         r"precision='tf32x3'"):
+        plan(A, B, kernel="09_mma_tf32x3")
+    with pytest.raises(ValueError, match=r"kernel='08_hopper' computes fp32, but precision='tf32x3'"):
+        plan(A, B, kernel="08_hopper", precision="tf32x3")
+    assert plan(A, B, kernel="09_mma_tf32x3", precision="tf32x3").precision == "tf32x3"
+
+
+def test_a_config_cannot_name_another_precision():
+    with pytest.raises(ValueError, match=r"config\['mma'\] = 3 computes tf32x3, but precision='fp32'"):
+        plan(A, B, config={"mma": 3})
+    with pytest.raises(ValueError, match=r"config\['mma'\] = 2 computes nothing"):
+        plan(A, B, config={"mma": 2}, precision="tf32")
+    # an FFMA-only config at a tensor-core precision breaks the family's declared constraints
+    with pytest.raises(ConfigError, match=r"with mma: tm = tn = 8"):
+        plan(A, B, config={"tm": 16, "tn": 8, "bm": 256}, precision="tf32x3")
+    cfg = {**selection.MMA_WIDE, "mma": 1}
+    assert dict(plan(A, B, config=cfg, precision="tf32").config) == cfg
+
+
+@pytest.mark.parametrize("precision, mma", [("fp32", None), ("tf32x3", 3), ("tf32", 1)])
+def test_the_program_runs_the_family_at_the_call_s_precision(stubs, precision, mma):  # noqa: F811
+    seen = []
+
+    def choose(key, prec):
+        seen.append(prec)
+        return {**(selection.MMA_WIDE if prec != "fp32" else selection.BIG), "splits": 1}
+
+    prog = dispatch.build(plan(A, B, op("out", (300, 100), ptr=PD), precision=precision), 0, (PA, PB, 0, PD), choose)
+    assert seen == [precision]
+    assert prog.config.get("mma") == mma
+    assert stubs.built[-1][3].get("mma") == mma
+
+
+def test_family_constraints_on_mma():
+    F, lim = registry.FAMILY, Limits.for_arch("sm_90")
+    ok = F.params({**selection.MMA_WIDE, "mma": 3})
+    assert F.violations(ok, lim) == []
+    assert any("mma is 0" in v for v in F.violations({**ok, "mma": 2}, lim))
+    for bad in ({"bm": 96}, {"bn": 48}, {"bk": 12}, {"stages": 0}, {"tm": 4}):
+        assert any("with mma" in v for v in F.violations({**ok, **bad}, lim)), bad
+    # 256 threads of TF32x3 take all of an SM's registers: two blocks per SM cannot be asked for
+    assert F.violations({**ok, "bm": 128, "bn": 128, "minb": 2}, lim)
+
+
+@pytest.mark.parametrize("layout", registry.LAYOUTS)
+@pytest.mark.parametrize("mma", [3, 1])
+def test_tensor_core_selection_picks_valid_spill_free_configs(layout, mma):
+    """Over a grid of shapes: every pick passes the family's constraints and compiles for sm_90
+    without spilling in the layout it runs in; splits stay >= 512 long."""
+    lim = Limits.for_arch("sm_90")
+    wide_ok = not selection.spills({**selection.MMA_WIDE, "mma": mma}, layout, "sm_90")
+    seen = set()
+    for M in (1, 64, 500, 2048, 9000):
+        for N in (1, 130, 4096):
+            for K in (1, 700, 5000, 1000000):
+                cfg = selection.mma_heuristic(M, N, K, 1, mma, 132, wide_ok)
+                full = registry.FAMILY.params({**cfg, "mma": mma})
+                assert registry.FAMILY.violations(full, lim) == [], (M, N, K, cfg)
+                assert cfg["splits"] == 1 or K // cfg["splits"] >= 512
+                seen.add(tuple(sorted((k, v) for k, v in cfg.items() if k != "splits")))
+    for cfg in seen:
+        assert not selection.spills({**dict(cfg), "mma": mma}, layout, "sm_90"), cfg
+
+
+def test_bench_names_carry_their_precision():
+    assert bench.kernel_name("gemm") == ("gemm", "fp32")
+    assert bench.kernel_name("gemm-tf32x3") == ("gemm", "tf32x3")
+    assert bench.kernel_name("tilegemm-tf32") == ("gemm", "tf32")
+    assert bench.kernel_name("09_mma_tf32x3") == ("09_mma_tf32x3", "tf32x3")
+    assert bench.kernel_name("08_hopper") == ("08_hopper", "fp32")
+    with pytest.raises(ValueError, match="precision must be one of"):
+        bench.kernel_name("gemm-fp16")
+    assert bench.TOLERANCES["tf32x3"] == bench.TOLERANCES["fp32"]  # FP32 accuracy is checked as such

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 import tilegemm
 from tilegemm import selection
 
-from test_gemm import cases, check_case
-from conftest import rel_err
+from gpu.test_gemm import cases, check_case
+from gpu.conftest import rel_err
 
 pytestmark = pytest.mark.gpu
 

@@ -34,9 +34,11 @@ def run(args) -> int:
         bench.kernel_name(name)
         kernels.append((name, parse_config(cfg)))
     arch = gpu.device_properties().arch
-    for name, cfg in kernels:  # what ptxas made of each (this machine's NVRTC)
+    for name, cfg in kernels:  # what ptxas made of each (this machine's NVRTC); the default path selects per shape
         kernel, prec = bench.kernel_name(name)
-        full = {"mma": registry.PRECISIONS[prec], **(cfg or {})} if kernel == registry.FAMILY.name else cfg
+        if kernel == registry.FAMILY.name and not cfg:
+            continue
+        full = {"mma": registry.PRECISIONS[prec], **cfg} if kernel == registry.FAMILY.name else cfg
         for layout in args.layouts:
             r = registry.get(kernel).compile(full, layout=layout, arch=arch).resources
             print(f"{name}:{cfg} {layout} regs {r.registers} spills {r.spill_stores}/{r.spill_loads} stack {r.stack_bytes}")

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import gpu, registry
 from .arrays import UNKNOWN, Operand, describe
-from .launch import GEMM, REDUCE, RUNG, A, B, C, D, W, Program, Step, launcher, reducer
+from .launch import GEMM, REDUCE, RUNG, WGMMA, A, B, C, D, W, Program, Step, launcher, reducer
 from .plan import GRID_Z, Plan, plan, vector_width
 
 FAMILY = registry.FAMILY.name
@@ -187,9 +187,32 @@ def _rung(p, g, device, at, offs) -> list[Step]:
     grid = fn.spec.grid(g.M, g.N, fn.params)
     if grid[1] > 65535 or grid[0] > 2**31 - 1:
         raise ValueError(f"M = {g.M} is too large for {p.kernel}'s grid (at most 65535 block rows)")
+    if fn.signature is WGMMA:
+        return [_tma_step(p, g, fn, grid, at, offs, vector_width((at[A], g.lda, sa), (at[B], g.ldb, sb)))]
     args = tuple(RUNG.values(M=g.M, N=g.N, K=g.K, A=0, lda=g.lda, B=0, ldb=g.ldb, C=0, ldc=g.ldd))
     ptrs = ((RUNG.slot("A"), A, offs[A]), (RUNG.slot("B"), B, offs[B]), (RUNG.slot("C"), D, offs[D]))
     return [Step(fn.prepare(grid, False), args, ptrs, repeat=g.count, strides=(4 * sa, 4 * sb, 4 * sd))]
+
+
+def _tma_step(p, g, fn, grid, at, offs, vec) -> Step:
+    """A TMA rung (rung 10): its operands as tensor maps, encoded per launch from the pointers (tma.py);
+    TMA reads 16-byte aligned rows only."""
+    from .tma import encoder
+
+    if vec != 4:
+        raise ValueError(f"kernel={p.kernel!r} copies its operands with TMA, which needs them 16-byte aligned "
+                         f"with leading dimensions (and batch strides) a multiple of 4 floats; pass such "
+                         f"arrays (e.g. contiguous ones with a column count a multiple of 4) or another kernel")
+    sa, sb, _, sd = g.strides
+    bm, bn = fn.spec.tile(fn.params)
+    bk = 16
+    # the view each map describes: rows x cols with row stride ld (tg_common.cuh's layouts)
+    ea = encoder(g.M, g.K, g.lda, bm, bk) if g.layout[0] == "N" else encoder(g.K, g.M, g.lda, bk, bm)
+    eb = encoder(g.K, g.N, g.ldb, bk, bn) if g.layout[1] == "N" else encoder(g.N, g.K, g.ldb, bn, bk)
+    args = WGMMA.values(M=g.M, N=g.N, K=g.K, tA=bytes(128), tB=bytes(128), C=0, ldc=g.ldd)
+    return Step(fn.prepare(grid, False), tuple(args), ((WGMMA.slot("C"), D, offs[D]),), repeat=g.count,
+                strides=(4 * sd,), maps=((WGMMA.slot("tA"), A, offs[A], 4 * sa, ea),
+                                         (WGMMA.slot("tB"), B, offs[B], 4 * sb, eb)))
 
 
 def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:

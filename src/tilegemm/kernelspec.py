@@ -43,6 +43,17 @@ class KernelSpec:
     waits: bool = False  # executes griddepcontrol.wait first, so it may be launched as a PDL dependent
     precision: str = "fp32"  # what a rung computes (PRECISIONS); the family's follows its "mma"
     extra: dict = dataclasses.field(default_factory=dict)  # fixed defines (e.g. TG_MMA_PASSES)
+    archs: tuple = ()  # the only archs it compiles for (e.g. ("sm_90a",): Hopper-only PTX); () = any
+
+    def target(self, arch) -> str:
+        """The arch to compile for: ``arch`` (normalised), or for a kernel that needs an "a" variant
+        (wgmma, setmaxnreg) that variant of the same GPU; ConfigError where it has none."""
+        arch = compiler.normalize_arch(arch)
+        if not self.archs or arch in self.archs:
+            return arch
+        if arch + "a" in self.archs:
+            return arch + "a"
+        raise ConfigError(f"{self.name} runs only on {', '.join(self.archs)} (Hopper: wgmma and TMA), not {arch}")
 
     def params(self, overrides: dict | None = None) -> dict:
         """The defaults with ``overrides`` applied; unknown names and values that are not integers
@@ -107,7 +118,7 @@ class KernelSpec:
                 use_cache: bool = True, vec: int = 4, limits: "Limits | None" = None,
                 wide: bool = False) -> compiler.CompiledKernel:
         p = self.params(params)
-        arch = compiler.normalize_arch(arch)
+        arch = self.target(arch)
         self.check(p, limits or Limits.for_arch(arch))
         return compiler.compile_file(
             self.file, entry=self.entry, defines=self.defines(p, layout, vec, wide), arch=arch,

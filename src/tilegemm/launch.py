@@ -25,7 +25,7 @@ from .plan import WIDE_LD_MIN, needs_wide_offsets
 @dataclass(frozen=True)
 class Signature:
     """A kernel entry's parameters, in order: (name, C type), the type one of "int", "long long",
-    "float", "ptr"."""
+    "float", "ptr", "tmap" (a TMA tensor map, passed as its 128 bytes)."""
 
     entry: str
     file: str  # the file that declares the entry, checked by tests/test_launch.py
@@ -52,7 +52,7 @@ class Signature:
         extra = [k for k in kw if k not in self._index]
         if missing or extra:
             raise TypeError(f"{self.entry}: missing arguments {missing}, unknown {extra}")
-        return [float(kw[n]) if t == "float" else int(kw[n]) for n, t in self.fields]
+        return [float(kw[n]) if t == "float" else kw[n] if t == "tmap" else int(kw[n]) for n, t in self.fields]
 
 
 # gemm.cu's tilegemm_gemm (the family)
@@ -67,7 +67,10 @@ REDUCE = Signature.of("tilegemm_splitk_reduce", "splitk_reduce.cu", (
 # every rung's tilegemm_kernel (TG_GEMM_PARAMS in tg_common.cuh): C = A B
 RUNG = Signature.of("tilegemm_kernel", "tg_common.cuh", (
     "M int, N int, K int, A ptr, lda long long, B ptr, ldb long long, C ptr, ldc long long"))
-SIGNATURES = {s.entry: s for s in (GEMM, REDUCE, RUNG)}
+# rung 10's tilegemm_wgmma: C = A B, the operands read by TMA through tensor maps (tma.py)
+WGMMA = Signature.of("tilegemm_wgmma", "10_wgmma_tf32x3.cu", (
+    "M int, N int, K int, tA tmap, tB tmap, C ptr, ldc long long"))
+SIGNATURES = {s.entry: s for s in (GEMM, REDUCE, RUNG, WGMMA)}
 
 
 # --------------------------------------------------------------------------- launchers
@@ -182,6 +185,7 @@ class Step:
     flags: tuple | None = None
     repeat: int = 1
     strides: tuple = ()
+    maps: tuple = ()  # (slot, pointer, byte offset, stride, encode): a tensor map of the pointer, per launch
 
     def launch(self, base: tuple, flags: tuple | None, stream, pdl: bool = True) -> None:
         """Launch on ``stream`` with the pointers ``base`` (A, B, C, D, W) and ``flags`` ((flags
@@ -189,12 +193,16 @@ class Step:
         args = list(self.args)
         for slot, which, off in self.ptrs:
             args[slot] = base[which] + off
+        for slot, which, off, _, encode in self.maps:
+            args[slot] = encode(base[which] + off)
         if flags is not None:
             args[self.flags[0]], args[self.flags[1]] = flags
         (self.go if pdl else self.go.without_pdl())(args, stream)
-        for _ in range(self.repeat - 1):
+        for r in range(1, self.repeat):
             for (slot, _, _), step in zip(self.ptrs, self.strides):
                 args[slot] += step
+            for slot, which, off, step, encode in self.maps:
+                args[slot] = encode(base[which] + off + r * step)
             self.go(args, stream)
 
 

@@ -166,6 +166,23 @@ _register(KernelSpec(
 ))
 
 
+_register(KernelSpec(
+    name="10_wgmma_tf32x3", file="10_wgmma_tf32x3.cu",
+    summary="wgmma m64n128k8 TF32 fed by TMA and mbarriers, a producer warpgroup splitting into K-major tiles",
+    source="3xTF32 (Ootomo & Yokota; CUTLASS); PTX ISA wgmma, TMA, mbarrier; docs/perf-notes.md",
+    defaults={"rs": 4, "ss": 3, "swizzle": 8},
+    block=lambda p: (384, 1, 1), tile=lambda p: (128, 128), linear_grid=True, entry="tilegemm_wgmma",
+    smem=lambda p: p["rs"] * 16384 + p["ss"] * 32768 + 8 * (p["rs"] + 2 * p["ss"]),
+    precision="tf32x3", extra={"TG_MMA_PASSES": 3}, archs=("sm_90a",),
+    constraints=(
+        _c("rs >= 2 and ss >= 2 (raw and split stages)", lambda p, lim: p["rs"] >= 2 and p["ss"] >= 2),
+        _c("rs * 16 KB + ss * 32 KB <= shared memory per block",
+           lambda p, lim: p["rs"] * 16384 + p["ss"] * 32768 + 8 * (p["rs"] + 2 * p["ss"]) <= lim.smem_per_block_optin),
+        _c("swizzle >= 0", lambda p, lim: p["swizzle"] >= 0),
+    ),
+))
+
+
 # --------------------------------------------------------------------------- the production family
 
 

@@ -16,8 +16,23 @@ import threading
 from . import gpu
 from .compiler import CompiledKernel
 
-# C parameter type -> how it is packed into its 8-byte slot of the parameter buffer
-SLOT = {"int": "i4x", "long long": "q", "float": "f4x", "ptr": "Q"}
+# C parameter type -> how it is packed into its slot of the parameter buffer: 8 bytes, or for a TMA
+# tensor map (a __grid_constant__ CUtensorMap) its 128 bytes, 64-byte aligned
+SLOT = {"int": "i4x", "long long": "q", "float": "f4x", "ptr": "Q", "tmap": "128s"}
+
+
+def _layout(types: tuple) -> tuple[str, list[int]]:
+    """The parameter buffer's struct format (padding included) and each slot's byte offset."""
+    fmt, offsets, off = "<", [], 0
+    for t in types:
+        align = 64 if t == "tmap" else 8
+        pad = -off % align
+        fmt += f"{pad}x" if pad else ""
+        off += pad
+        offsets.append(off)
+        fmt += SLOT[t]
+        off += struct.calcsize("<" + SLOT[t])
+    return fmt, offsets
 
 
 def _driver():
@@ -107,10 +122,13 @@ class PreparedLaunch:
         driver = _driver()
         self._driver = driver
         self._fn = driver.CUfunction(fn_ptr)
-        self._fmt = struct.Struct("<" + "".join(SLOT[t] for t in types))
-        self._buf = ctypes.create_string_buffer(max(8, self._fmt.size))
+        fmt, offsets = _layout(types)
+        self._fmt = struct.Struct(fmt)
+        self._buf = ctypes.create_string_buffer(max(8, self._fmt.size) + 64)
         base = ctypes.addressof(self._buf)
-        self._ptrs = (ctypes.c_void_p * len(types))(*(base + 8 * i for i in range(len(types))))
+        base += -base % 64  # a tensor map slot 64-byte aligned, as the driver reads it
+        self._base = base - ctypes.addressof(self._buf)
+        self._ptrs = (ctypes.c_void_p * len(types))(*(base + o for o in offsets))
         self._params = ctypes.addressof(self._ptrs)
         cfg = self._cfg = driver.CUlaunchConfig()
         cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = (int(g) for g in grid)
@@ -140,7 +158,7 @@ class PreparedLaunch:
     def __call__(self, args, stream) -> None:
         driver = self._driver
         with self._lock:
-            self._fmt.pack_into(self._buf, 0, *args)
+            self._fmt.pack_into(self._buf, self._base, *args)
             self._cfg.hStream = driver.CUstream(int(getattr(stream, "ptr", 0) or 0))
             (err,) = driver.cuLaunchKernelEx(self._cfg, self._fn, self._params, 0)
         if err != driver.CUresult.CUDA_SUCCESS:

@@ -1,0 +1,35 @@
+"""TMA tensor maps (the driver's ``cuTensorMapEncodeTiled``) for the kernels that copy their operand
+tiles with ``cp.async.bulk.tensor`` (rung 10): a 2-D float32 view and the box one copy moves,
+encoded per pointer.  Encodings are kept for the last pointers seen, so a repeated call on the same
+arrays encodes nothing."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+
+from .runtime import check
+
+
+def encoder(rows: int, cols: int, ld: int, box_rows: int, box_cols: int):
+    """``encode(ptr) -> bytes``: the 128-byte tensor map of the rows x cols float32 view at ``ptr``
+    (row stride ``ld`` elements, columns contiguous) copied in boxes of box_rows x box_cols; elements
+    outside the view read as zeros.  ``ptr`` must be 16-byte aligned and ``ld`` a multiple of 4."""
+    from cuda.bindings import driver as drv
+
+    ld = ld if rows > 1 else -(-cols // 4) * 4  # one row: its stride is never used
+    u64, u32 = drv.cuuint64_t, drv.cuuint32_t
+    dims, strides = [u64(max(cols, 1)), u64(max(rows, 1))], [u64(4 * ld)]
+    box, unit = [u32(min(box_cols, 256)), u32(min(box_rows, 256))], [u32(1), u32(1)]
+
+    @functools.lru_cache(maxsize=32)
+    def encode(ptr: int) -> bytes:
+        err, tmap = drv.cuTensorMapEncodeTiled(
+            drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, ptr, dims, strides, box, unit,
+            drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
+            drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+            drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+        check(err, f"cuTensorMapEncodeTiled({rows} x {cols}, ld {ld}, box {box_rows} x {box_cols})")
+        return ctypes.string_at(tmap.getPtr(), 128)
+
+    return encode

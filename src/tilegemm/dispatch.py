@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import gpu, registry
+from . import gpu, registry, selection
 from .arrays import UNKNOWN, Operand, describe
-from .launch import GEMM, REDUCE, RUNG, WGMMA, A, B, C, D, W, Program, Step, launcher, reducer
+from .launch import GEMM, REDUCE, RUNG, WGMMA, A, B, C, D, W, Program, Step, launcher, reducer, wgmma_launcher
 from .plan import GRID_Z, Plan, plan, vector_width
 
 FAMILY = registry.FAMILY.name
@@ -145,7 +145,8 @@ def build(p: Plan, device: int, ptrs: tuple, choose) -> Program:
         pa, pb = pb, pa
     beta = p.beta if p.c is not None else 0.0
     config = None
-    if g.K and p.kernel == FAMILY:
+    hopper = g.K and p.kernel == FAMILY and _on_hopper_tensor_cores(p, g, device, pa, pb)
+    if g.K and p.kernel == FAMILY and not hopper:
         config = dict(p.config) if p.config else dict(choose(g.key, p.precision))
         if p.precision != "fp32":  # the precision sets "mma" (the plan checked a given one agrees)
             config["mma"] = registry.PRECISIONS[p.precision]
@@ -155,6 +156,12 @@ def build(p: Plan, device: int, ptrs: tuple, choose) -> Program:
         offs = (4 * oa, 4 * ob, 4 * oc, 4 * od)
         if g.K == 0:
             steps.append(_reduce_step(p, g, device, at, offs, splits=0, ldw=0, beta=beta))
+        elif hopper:
+            more, w, splits = _wgmma_family(p, g, device, at, offs, beta)
+            config = {**registry.WGMMA_FAMILY.params({"tg_mma_passes": registry.PRECISIONS[p.precision]}),
+                      "splits": splits}
+            steps += more
+            work = max(work, w)
         elif p.kernel == FAMILY:
             more, w = _family(p, g, device, config, at, offs, beta)
             steps += more
@@ -194,25 +201,59 @@ def _rung(p, g, device, at, offs) -> list[Step]:
     return [Step(fn.prepare(grid, False), args, ptrs, repeat=g.count, strides=(4 * sa, 4 * sb, 4 * sd))]
 
 
-def _tma_step(p, g, fn, grid, at, offs, vec) -> Step:
-    """A TMA rung (rung 10): its operands as tensor maps, encoded per launch from the pointers (tma.py);
-    TMA reads 16-byte aligned rows only."""
+def _tma_step(p, g, fn, grid, at, offs, vec, splits=1, k_split=None, out=D, ldd=None, sD=0, alpha=1.0,
+              beta=0.0) -> Step:
+    """A launch of rung 10's kernel: its operands as tensor maps, encoded per launch from the pointers
+    (tma.py; TMA reads 16-byte aligned rows only), D = alpha A B + beta C into ``out`` (D, or the
+    split-K workspace W with planes sD apart)."""
     from .tma import encoder
 
     if vec != 4:
         raise ValueError(f"kernel={p.kernel!r} copies its operands with TMA, which needs them 16-byte aligned "
                          f"with leading dimensions (and batch strides) a multiple of 4 floats; pass such "
                          f"arrays (e.g. contiguous ones with a column count a multiple of 4) or another kernel")
-    sa, sb, _, sd = g.strides
+    sa, sb, sc, sd = g.strides
     bm, bn = fn.spec.tile(fn.params)
-    bk = 16
-    # the view each map describes: rows x cols with row stride ld (tg_common.cuh's layouts)
-    ea = encoder(g.M, g.K, g.lda, bm, bk) if g.layout[0] == "N" else encoder(g.K, g.M, g.lda, bk, bm)
+    bk = fn.params["bk"]
+    # the view each map describes: rows x cols with row stride ld (tg_common.cuh's layouts); A's boxes
+    # swizzled as 10_wgmma_tf32x3.cu's a_at reads them
+    ea = encoder(g.M, g.K, g.lda, bm, bk, 4 * bk) if g.layout[0] == "N" else encoder(g.K, g.M, g.lda, bk, 32, 128)
     eb = encoder(g.K, g.N, g.ldb, bk, bn) if g.layout[1] == "N" else encoder(g.N, g.K, g.ldb, bn, bk)
-    args = WGMMA.values(M=g.M, N=g.N, K=g.K, tA=bytes(128), tB=bytes(128), C=0, ldc=g.ldd)
-    return Step(fn.prepare(grid, False), tuple(args), ((WGMMA.slot("C"), D, offs[D]),), repeat=g.count,
-                strides=(4 * sd,), maps=((WGMMA.slot("tA"), A, offs[A], 4 * sa, ea),
-                                         (WGMMA.slot("tB"), B, offs[B], 4 * sb, eb)))
+    args = WGMMA.values(M=g.M, N=g.N, K=g.K, tA=bytes(128), tB=bytes(128), C=0, ldc=g.ldc, D=0,
+                        ldd=g.ldd if ldd is None else ldd, sD=sD, alpha=alpha, beta=beta,
+                        k_split=k_split or -(-g.K // bk) * bk)
+    ptrs = ((WGMMA.slot("D"), out, offs[D] if out == D else 0), (WGMMA.slot("C"), C, offs[C]))
+    return Step(fn.prepare((grid[0], 1, splits), False), tuple(args), ptrs, repeat=g.count,
+                strides=(4 * sd, 4 * sc), maps=((WGMMA.slot("tA"), A, offs[A], 4 * sa, ea),
+                                                (WGMMA.slot("tB"), B, offs[B], 4 * sb, eb)))
+
+
+def _on_hopper_tensor_cores(p, g, device, pa, pb) -> bool:
+    """Whether a tensor-core call runs rung 10's kernel (wgmma + TMA): on an sm_90 GPU, one product per
+    launch, no config named (a config names the mma.sync family), operands TMA can read."""
+    if p.precision == "fp32" or p.config or g.count != 1:
+        return False
+    props = gpu.device_properties(device)
+    if (props.major, props.minor) != (9, 0):
+        return False
+    return all(vector_width((pa + 4 * oa, g.lda), (pb + 4 * ob, g.ldb)) == 4 for oa, ob, _, _ in g.offsets)
+
+
+def _wgmma_family(p, g, device, at, offs, beta) -> tuple[list[Step], int, int]:
+    """The Hopper tensor-core path: rung 10's kernel, split over K where its 128 x 128 tiles leave
+    SMs idle (selection.wgmma_splits), the splits added by the reduction with alpha and beta; the
+    steps, the workspace (floats) and the splits."""
+    fn = wgmma_launcher(g.layout, device, registry.PRECISIONS[p.precision])
+    bk = fn.params["bk"]
+    splits = selection.wgmma_splits(g.M, g.N, g.K, gpu.device_properties(device).sms, bk)
+    k_split = -(-(-(-g.K // splits)) // bk) * bk
+    splits = -(-g.K // k_split)
+    grid = fn.spec.grid(g.M, g.N, fn.params)
+    if splits == 1:
+        return [_tma_step(p, g, fn, grid, at, offs, 4, alpha=p.alpha, beta=beta)], 0, 1
+    ldw = -(-g.N // 4) * 4
+    step = _tma_step(p, g, fn, grid, at, offs, 4, splits, k_split, out=W, ldd=ldw, sD=g.M * ldw)
+    return [step, _reduce_step(p, g, device, at, offs, splits, ldw, beta)], splits * g.M * ldw, splits
 
 
 def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:

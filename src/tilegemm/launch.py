@@ -67,9 +67,11 @@ REDUCE = Signature.of("tilegemm_splitk_reduce", "splitk_reduce.cu", (
 # every rung's tilegemm_kernel (TG_GEMM_PARAMS in tg_common.cuh): C = A B
 RUNG = Signature.of("tilegemm_kernel", "tg_common.cuh", (
     "M int, N int, K int, A ptr, lda long long, B ptr, ldb long long, C ptr, ldc long long"))
-# rung 10's tilegemm_wgmma: C = A B, the operands read by TMA through tensor maps (tma.py)
+# rung 10's tilegemm_wgmma (also the tensor-core path on Hopper): D = alpha A B + beta C, the operands
+# read by TMA through tensor maps (tma.py), split-K planes z at D + z sD
 WGMMA = Signature.of("tilegemm_wgmma", "10_wgmma_tf32x3.cu", (
-    "M int, N int, K int, tA tmap, tB tmap, C ptr, ldc long long"))
+    "M int, N int, K int, tA tmap, tB tmap, C ptr, ldc long long, D ptr, ldd long long, sD long long, "
+    "alpha float, beta float, k_split int"))
 SIGNATURES = {s.entry: s for s in (GEMM, REDUCE, RUNG, WGMMA)}
 
 
@@ -129,6 +131,13 @@ def launcher(name: str, layout: str, vec: int, device: int, config: tuple = (), 
         wide = needs_wide_offsets(spec.tile_extent(spec.params(dict(config))), *lds)
     return _cached((name, layout, vec, device, config, wide),
                    lambda: Launcher(spec, layout, vec, device, config, wide))
+
+
+def wgmma_launcher(layout: str, device: int, passes: int) -> Launcher:
+    """The tensor-core path's kernel on Hopper (registry.WGMMA_FAMILY) with 3 (TF32x3) or 1 (TF32) passes."""
+    config = (("tg_mma_passes", passes),)
+    return _cached((registry.WGMMA_FAMILY.name, layout, device, config),
+                   lambda: Launcher(registry.WGMMA_FAMILY, layout, 4, device, config))
 
 
 def reducer(device: int) -> Launcher:

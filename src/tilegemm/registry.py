@@ -10,6 +10,8 @@ follows are cited by title (docs/sources.md).
 
 from __future__ import annotations
 
+import dataclasses
+
 from .kernelspec import LAYOUTS, PRECISIONS, Constraint, KernelSpec, check_precision  # noqa: F401 (re-exported)
 from .occupancy import Limits  # noqa: F401 (re-exported)
 
@@ -166,18 +168,25 @@ _register(KernelSpec(
 ))
 
 
+def _wgmma_smem(p) -> int:
+    """Rung 10's shared memory: rs raw B tiles and ss stages of [raw A | B big | B small], 128 x bk
+    floats each, and the mbarriers."""
+    return (p["rs"] + 3 * p["ss"]) * 512 * p["bk"] + 8 * (p["rs"] + 3 * p["ss"])
+
+
 _register(KernelSpec(
     name="10_wgmma_tf32x3", file="10_wgmma_tf32x3.cu",
-    summary="wgmma m64n128k8 TF32 fed by TMA and mbarriers, a producer warpgroup splitting into K-major tiles",
+    summary="wgmma m64n128k8 TF32 fed by TMA and mbarriers; a producer warpgroup splits B into K-major tiles",
     source="3xTF32 (Ootomo & Yokota; CUTLASS); PTX ISA wgmma, TMA, mbarrier; docs/perf-notes.md",
-    defaults={"rs": 4, "ss": 3, "swizzle": 8},
+    defaults={"bk": 32, "rs": 2, "ss": 3, "swizzle": 8},
     block=lambda p: (384, 1, 1), tile=lambda p: (128, 128), linear_grid=True, entry="tilegemm_wgmma",
-    smem=lambda p: p["rs"] * 16384 + p["ss"] * 32768 + 8 * (p["rs"] + 2 * p["ss"]),
+    smem=lambda p: _wgmma_smem(p),
     precision="tf32x3", extra={"TG_MMA_PASSES": 3}, archs=("sm_90a",),
     constraints=(
-        _c("rs >= 2 and ss >= 2 (raw and split stages)", lambda p, lim: p["rs"] >= 2 and p["ss"] >= 2),
-        _c("rs * 16 KB + ss * 32 KB <= shared memory per block",
-           lambda p, lim: p["rs"] * 16384 + p["ss"] * 32768 + 8 * (p["rs"] + 2 * p["ss"]) <= lim.smem_per_block_optin),
+        _c("bk is 16 or 32 (a row of A is one 64- or 128-byte swizzle span)", lambda p, lim: p["bk"] in (16, 32)),
+        _c("rs >= 2 and ss >= 2 (raw B stages and A + split B stages)", lambda p, lim: p["rs"] >= 2 and p["ss"] >= 2),
+        _c("(rs + 3 ss) * 512 * bk bytes <= shared memory per block",
+           lambda p, lim: _wgmma_smem(p) <= lim.smem_per_block_optin),
         _c("swizzle >= 0", lambda p, lim: p["swizzle"] >= 0),
     ),
 ))
@@ -290,6 +299,16 @@ def check_kernel_precision(spec: "KernelSpec", config, precision: str) -> None:
         want = {v: k for k, v in PRECISIONS.items()}.get(config["mma"])
         raise ValueError(f"config['mma'] = {config['mma']!r} computes {want or 'nothing'}, but precision={precision!r}; "
                          f"leave 'mma' out of config (precision= sets it)")
+
+
+# the tensor-core path on Hopper (precision tf32x3 / tf32, sm_90): rung 10's kernel with its pass count
+# a parameter; not a kernel= name (the call's precision picks it), launched by launch.wgmma_launcher
+WGMMA_FAMILY = dataclasses.replace(
+    RUNGS["10_wgmma_tf32x3"], name="gemm_wgmma", extra={},
+    summary="the tensor-core path on Hopper: rung 10 with alpha/beta, split-K, TF32 or TF32x3",
+    defaults={**RUNGS["10_wgmma_tf32x3"].defaults, "tg_mma_passes": 3},
+    constraints=RUNGS["10_wgmma_tf32x3"].constraints + (
+        _c("tg_mma_passes is 1 (TF32) or 3 (TF32x3)", lambda p, lim: p["tg_mma_passes"] in (1, 3)),))
 
 
 def get(name: str) -> KernelSpec:

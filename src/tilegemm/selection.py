@@ -327,5 +327,20 @@ def select_mma(device: int, precision: str, layout: str, M: int, N: int, K: int,
     return mma_heuristic(M, N, K, count, mma, props.sms, wide_ok)
 
 
+def wgmma_splits(M: int, N: int, K: int, sms: int = 132, bk: int = 32) -> int:
+    """Split-K for the Hopper tensor-core path (one 128 x 128 block per SM): the count of splits, each
+    >= 512 long, that minimises waves / splits (the time of a block's share of K times the waves it
+    takes), the fewest where several tie."""
+    tiles = -(-M // 128) * -(-N // 128)
+    best, best_cost = 1, float(-(-tiles // sms))
+    for s in range(2, 129):
+        if K // s < 512:
+            break
+        cost = -(-tiles * s // sms) / s
+        if cost < best_cost * 0.95:
+            best, best_cost = s, cost
+    return best
+
+
 def check_config(cfg: dict, limits: Limits) -> list[str]:
     return registry.FAMILY.violations(registry.FAMILY.params(cfg), limits)

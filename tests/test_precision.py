@@ -7,7 +7,7 @@ import inspect
 import pytest
 
 import tilegemm
-from tilegemm import bench, dispatch, registry, selection
+from tilegemm import bench, dispatch, launch, registry, selection
 from tilegemm.errors import ConfigError
 from tilegemm.occupancy import Limits
 from tilegemm.plan import plan
@@ -51,7 +51,8 @@ def test_a_config_cannot_name_another_precision():
 
 
 @pytest.mark.parametrize("precision, mma", [("fp32", None), ("tf32x3", 3), ("tf32", 1)])
-def test_the_program_runs_the_family_at_the_call_s_precision(stubs, precision, mma):  # noqa: F811
+def test_the_program_runs_the_family_at_the_call_s_precision(stubs, monkeypatch, precision, mma):  # noqa: F811
+    monkeypatch.setattr(dispatch, "_on_hopper_tensor_cores", lambda *a: False)  # not an H100: mma.sync
     seen = []
 
     def choose(key, prec):
@@ -104,3 +105,37 @@ def test_bench_names_carry_their_precision():
     with pytest.raises(ValueError, match="precision must be one of"):
         bench.kernel_name("gemm-fp16")
     assert bench.TOLERANCES["tf32x3"] == bench.TOLERANCES["fp32"]  # FP32 accuracy is checked as such
+
+
+@pytest.mark.parametrize("precision, passes", [("tf32x3", 3), ("tf32", 1)])
+def test_on_hopper_tensor_core_calls_run_rung_10s_kernel_split_over_k(stubs, monkeypatch, precision, passes):  # noqa: F811
+    """Few 128 x 128 tiles and a long K: the wgmma kernel writes split-K planes of the workspace
+    (alpha 1, beta 0; its operands as TMA tensor maps, encoded per launch), the reduction applies
+    alpha and beta.  Many tiles: one launch straight into D with alpha and beta."""
+    from types import SimpleNamespace
+
+    from test_launch import FakeLauncher
+
+    monkeypatch.setattr(dispatch, "_on_hopper_tensor_cores", lambda *a: True)
+    monkeypatch.setattr(dispatch.gpu, "device_properties", lambda device=None: SimpleNamespace(sms=132))
+    monkeypatch.setattr(dispatch, "wgmma_launcher", lambda layout, device, p: FakeLauncher(
+        registry.WGMMA_FAMILY, (("tg_mma_passes", p),), 4, stubs.log))
+    W = launch.WGMMA
+    a, b = op("a", (64, 100000), ptr=PA), op("b", (100000, 64), ptr=PB)
+    c, out = op("c", (64, 64), ptr=PD + 2**24), op("out", (64, 64), ptr=PD)
+    prog = dispatch.build(plan(a, b, out, c=c, alpha=0.5, beta=2.0, precision=precision), 0,
+                          (PA, PB, PD + 2**24, PD), lambda *k: pytest.fail("no mma.sync config is chosen"))
+    mm, red = prog.steps
+    splits = prog.config["splits"]
+    assert prog.config["tg_mma_passes"] == passes and splits > 8
+    assert mm.go.grid == (1, 1, splits) and [m[0] for m in mm.maps] == [W.slot("tA"), W.slot("tB")]
+    args = dict(zip((n for n, _ in W.fields), mm.args))
+    assert args["k_split"] % 32 == 0 and args["k_split"] * (splits - 1) < 100000 <= args["k_split"] * splits
+    assert (args["alpha"], args["beta"]) == (1.0, 0.0) and prog.work_floats == splits * 64 * 64
+    red_args = dict(zip((n for n, _ in launch.REDUCE.fields), red.args))
+    assert (red_args["splits"], red_args["alpha"], red_args["beta"]) == (splits, 0.5, 2.0)
+    a, b = op("a", (4096, 512), ptr=PA), op("b", (512, 4096), ptr=PB)
+    prog = dispatch.build(plan(a, b, op("out", (4096, 4096), ptr=PD), precision=precision), 0, (PA, PB, 0, PD),
+                          lambda *k: pytest.fail("no mma.sync config is chosen"))
+    (mm,) = prog.steps
+    assert mm.go.grid == (32 * 32, 1, 1) and prog.config["splits"] == 1 and prog.work_floats == 0

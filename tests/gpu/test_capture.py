@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tilegemm
-from tilegemm import autotune, selection
+from tilegemm import autotune, registry, selection
 
 from .conftest import rel_err
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.gpu
 TOL = 1e-5
 REPLAYS = 100
 SK2 = {**selection.BIG, "splits": 3, "sk": 2}
-# (name, shape (M, N, K, batch), config, kernel)
+# (name, shape (M, N, K, batch), config, kernel, precision)
 PATHS = [
     ("plain", (700, 500, 300, 1), {**selection.BIG, "splits": 1}, None),
     ("default", (1000, 900, 700, 1), None, None),
@@ -30,7 +30,14 @@ PATHS = [
     ("batched", (300, 200, 100, 3), None, None),
     ("batched split-K", (300, 200, 1000, 2), {**selection.BIG, "splits": 2}, None),
     ("K = 0", (64, 48, 0, 1), None, None),
-] + [(f"rung {name}", (130, 70, 90, 2), None, name) for name in tilegemm.kernels()[1:]]
+    # the tensor cores: rung 10's kernel on Hopper (one launch; split-K with its reduction), the
+    # mma.sync family (a config names it)
+    ("tf32x3 wgmma", (1000, 900, 700, 1), None, None, "tf32x3"),
+    ("tf32x3 wgmma split-K", (64, 64, 40000, 1), None, None, "tf32x3"),
+    ("tf32 wgmma", (1000, 900, 700, 1), None, None, "tf32"),
+    ("tf32x3 mma.sync split-K", (300, 200, 1000, 1), {**selection.MMA_SMALL, "splits": 3}, None, "tf32x3"),
+] + [(f"rung {name}", (132, 68, 92, 2), None, name, registry.get(name).precision) for name in tilegemm.kernels()[1:]]
+PATHS = [p if len(p) == 5 else p + ("fp32",) for p in PATHS]
 
 
 def _inputs(xp, shape, rng):
@@ -41,24 +48,24 @@ def _inputs(xp, shape, rng):
     return a, b
 
 
-def _check(cp, out, a, b):
+def _check(cp, out, a, b, precision="fp32"):
     if a.shape[-1] == 0:
         assert float(cp.abs(out).max()) == 0.0
         return
-    assert rel_err(cp, out, a, b) < TOL
+    assert rel_err(cp, out, a, b) < (5e-3 if precision == "tf32" else TOL)
 
 
-@pytest.mark.parametrize("name,shape,config,kernel", PATHS, ids=[p[0] for p in PATHS])
-def test_cupy_capture_and_replay(cp, name, shape, config, kernel):
+@pytest.mark.parametrize("name,shape,config,kernel,precision", PATHS, ids=[p[0] for p in PATHS])
+def test_cupy_capture_and_replay(cp, name, shape, config, kernel, precision):
     rng = np.random.default_rng()
     stream = cp.cuda.Stream(non_blocking=True)
     with stream:
         a, b = _inputs(cp, shape, rng)
         out = cp.full(a.shape[:-1] + b.shape[-1:], np.nan, np.float32)
-        tilegemm.matmul(a, b, out=out, config=config, kernel=kernel)  # warm-up: compile, load, memo
+        tilegemm.matmul(a, b, out=out, config=config, kernel=kernel, precision=precision)  # warm-up: compile, load, memo
         stream.synchronize()
         stream.begin_capture()
-        tilegemm.matmul(a, b, out=out, config=config, kernel=kernel)
+        tilegemm.matmul(a, b, out=out, config=config, kernel=kernel, precision=precision)
         graph = stream.end_capture()
         for r in range(REPLAYS):
             new_a, new_b = _inputs(cp, shape, rng)
@@ -68,11 +75,11 @@ def test_cupy_capture_and_replay(cp, name, shape, config, kernel):
             graph.launch(stream)
             if r % 10 == 0 or r == REPLAYS - 1:
                 stream.synchronize()
-                _check(cp, out, a, b)
+                _check(cp, out, a, b, precision)
 
 
-@pytest.mark.parametrize("name,shape,config,kernel", PATHS, ids=[p[0] for p in PATHS])
-def test_torch_graph_capture_and_replay(cp, name, shape, config, kernel):
+@pytest.mark.parametrize("name,shape,config,kernel,precision", PATHS, ids=[p[0] for p in PATHS])
+def test_torch_graph_capture_and_replay(cp, name, shape, config, kernel, precision):
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng()
     a, b = (torch.as_tensor(x, device="cuda") for x in _inputs(np, shape, rng))
@@ -80,12 +87,12 @@ def test_torch_graph_capture_and_replay(cp, name, shape, config, kernel):
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):  # warm-up outside the capture, as torch asks
-        tilegemm.matmul(a, b, out=out, config=config, kernel=kernel)
+        tilegemm.matmul(a, b, out=out, config=config, kernel=kernel, precision=precision)
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        tilegemm.matmul(a, b, out=out, config=config, kernel=kernel)
+        tilegemm.matmul(a, b, out=out, config=config, kernel=kernel, precision=precision)
     for r in range(REPLAYS):
         new_a, new_b = (torch.as_tensor(x, device="cuda") for x in _inputs(np, shape, rng))
         a.copy_(new_a)
@@ -94,7 +101,7 @@ def test_torch_graph_capture_and_replay(cp, name, shape, config, kernel):
         g.replay()
         if r % 10 == 0 or r == REPLAYS - 1:
             torch.cuda.synchronize()
-            _check(cp, cp.asarray(out), cp.asarray(a), cp.asarray(b))
+            _check(cp, cp.asarray(out), cp.asarray(a), cp.asarray(b), precision)
 
 
 @pytest.mark.parametrize("config", [{**selection.BIG, "splits": 1, "sk": 1}, SK2], ids=["stream-K", "split-sum"])

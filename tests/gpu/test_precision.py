@@ -54,6 +54,38 @@ def test_rung9_against_float64(cp, layout, shape):
     assert rel_err(cp, out, a, b) < 1e-5
 
 
+@pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
+@pytest.mark.parametrize("shape", [(4, 4, 4), (132, 68, 36), (1000, 900, 700), (300, 256, 4100)])
+def test_rung10_against_float64(cp, layout, shape):
+    M, N, K = shape  # leading dimensions a multiple of 4 in every layout: what TMA reads
+    rng = cp.random.default_rng()
+    a = rng.standard_normal((K, M) if layout[0] == "T" else (M, K), dtype=np.float32)
+    b = rng.standard_normal((N, K) if layout[1] == "T" else (K, N), dtype=np.float32)
+    a, b = (a.T if layout[0] == "T" else a), (b.T if layout[1] == "T" else b)
+    out = cp.full((M, N), np.nan, np.float32)
+    tilegemm.matmul(a, b, out=out, kernel="10_wgmma_tf32x3", precision="tf32x3")
+    assert rel_err(cp, out, a, b) < 1e-5
+
+
+def test_rung10_refuses_what_tma_cannot_read(cp):
+    a = cp.ones((64, 30), np.float32)  # rows of 30 floats: not a multiple of 16 bytes
+    with pytest.raises(ValueError, match="copies its operands with TMA, which needs them 16-byte aligned"):
+        tilegemm.matmul(a, cp.ones((30, 64), np.float32), kernel="10_wgmma_tf32x3", precision="tf32x3")
+
+
+def test_tensor_core_paths_on_hopper(cp):
+    """On an H100/H200, aligned single products take rung 10's kernel (split over K where tiles are
+    few), others the mma.sync family; both correct, alpha/beta included."""
+    rng = cp.random.default_rng(4)
+    for M, N, K in ((64, 64, 100000), (2048, 1024, 512), (130, 66, 34)):
+        a, b = rng.standard_normal((M, K), dtype=np.float32), rng.standard_normal((K, N), dtype=np.float32)
+        c = rng.standard_normal((M, N), dtype=np.float32)
+        for prec in ("tf32x3", "tf32"):
+            got = tilegemm.gemm(a, b, c, alpha=0.5, beta=-2.0, precision=prec)
+            ref = 0.5 * (a.astype(np.float64) @ b.astype(np.float64)) - 2.0 * c
+            assert _err(cp, got, ref) < TOL[prec], (M, N, K, prec)
+
+
 def _err(cp, out, ref):
     return float(cp.linalg.norm(out.astype(np.float64) - ref) / cp.linalg.norm(ref))
 

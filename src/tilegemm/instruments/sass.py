@@ -128,15 +128,17 @@ def loops(instrs: list[Instr], labels: dict[str, int]) -> list[tuple[int, int]]:
     return found
 
 
-PRODUCTS = ("FFMA", "HMMA")  # the instructions that do a GEMM's multiply-adds: FFMA, or tensor-core mma
+TENSOR_PRODUCTS = ("HMMA", "HGMMA")  # tensor-core mma.sync / wgmma
 
 
 def main_loop(instrs: list[Instr], labels: dict[str, int]) -> list[Instr]:
-    """The K loop: the smallest loop holding at least 80% of the most products (FFMA or HMMA) any
-    loop holds (so a loop around the K loop, such as stream-K's walk over tile segments, is passed
-    over); the whole program when there is no loop with a product in it."""
+    """The K loop: the smallest loop holding at least 80% of the most products any loop holds (so a
+    loop around the K loop, such as stream-K's walk over tile segments, is passed over); products
+    are the tensor-core instructions where the kernel has any (its FFMAs are then the epilogue's),
+    else the FFMAs.  The whole program when there is no loop with a product in it."""
     bodies = [instrs[a:b + 1] for a, b in loops(instrs, labels)]
-    counts = [sum(x.base in PRODUCTS for x in body) for body in bodies]
+    kinds = TENSOR_PRODUCTS if any(x.base in TENSOR_PRODUCTS for x in instrs) else ("FFMA",)
+    counts = [sum(x.base in kinds for x in body) for body in bodies]
     if not counts or not max(counts):
         return instrs
     return min((body for body, n in zip(bodies, counts) if n >= 0.8 * max(counts)), key=len)
@@ -162,7 +164,7 @@ def mix(body: list[Instr]) -> collections.Counter:
             c["other"] += 1
         elif ins.base in _MEMORY:
             c[f"{ins.base}.{width_bits(ins.op)}"] += 1
-        elif ins.base in ("FFMA", "HMMA", "BAR", "BRA", "FMUL", "FADD", "IMAD", "IADD3", "LEA", "ISETP", "MOV"):
+        elif ins.base in ("FFMA", "HMMA", "HGMMA", "BAR", "BRA", "FMUL", "FADD", "IMAD", "IADD3", "LEA", "ISETP", "MOV"):
             c[ins.base] += 1
         else:
             c["other"] += 1
@@ -256,5 +258,5 @@ def inspect(listing: str, model: str = "volta") -> LoopReport:
     return LoopReport(
         instructions=len(body), mix=dict(m), ffma=ffma, ffma_share=ffma / max(1, len(body)),
         reuse_operands=flags, reuse_hits=hits, ffma_sources=reads, bank_conflicts=extra,
-        bank_model=model, lds=width("LDS"), ldg=width("LDG"), hmma=m.get("HMMA", 0),
+        bank_model=model, lds=width("LDS"), ldg=width("LDG"), hmma=m.get("HMMA", 0) + m.get("HGMMA", 0),
     )

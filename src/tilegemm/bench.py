@@ -32,6 +32,7 @@ class Row:
     selected: dict | None = None  # the tuned path: the config it chose and where from
     case: str | None = None  # the case's name, in named sets (suites.REAL)
     precision: str = "fp32"  # what the products were computed with (registry.PRECISIONS)
+    refused: str | None = None  # why the kernel refused the case (e.g. TMA's alignment), where it did
 
 
 def _torch_mm(tf32: bool = False):
@@ -115,7 +116,13 @@ def measure(kernels, M, N, K, layout="NN", progress=None, batch=1, refs=(), case
                             api.matmul(a, b, out=out, kernel=name, config=config, precision=prec), config, None, prec))
     # every implementation is checked first (fresh inputs each); the ones that pass are timed
     # together, taking turns
-    errs = [timing.check(e[1], M, N, K, layout, batch) for e in entries]
+    errs, refused = [], {}
+    for j, e in enumerate(entries):
+        try:
+            errs.append(timing.check(e[1], M, N, K, layout, batch))
+        except ValueError as exc:  # a kernel that cannot take these operands (its error says why)
+            errs.append(float("nan"))
+            refused[j] = str(exc)
     timed = [j for j, err in enumerate(errs) if err < TOLERANCES[entries[j][4]]]
     ms = [float("nan")] * len(entries)
     runs = [lambda i, fn=entries[j][1]: fn(*sets[i], outs[i]) for j in timed]
@@ -123,10 +130,10 @@ def measure(kernels, M, N, K, layout="NN", progress=None, batch=1, refs=(), case
         ms[j] = t
     ref_tflops = flop / ms[0] / 1e9
     rows = []
-    for (name, _, config, selected, prec), err, t in zip(entries, errs, ms):
+    for j, ((name, _, config, selected, prec), err, t) in enumerate(zip(entries, errs, ms)):
         tflops = flop / t / 1e9
         rows.append(Row(name, M, N, K, layout, batch, tflops, t, ref_tflops, tflops / ref_tflops, err, config,
-                        selected, case, prec))
+                        selected, case, prec, refused.get(j)))
         if progress:
             progress(rows[-1])
     return rows

@@ -385,13 +385,14 @@ def test_rung9_reads_fragments_as_float4_and_copies_by_cp_async(layout, arch, ve
 
 @pytest.mark.parametrize("layout", registry.LAYOUTS)
 @pytest.mark.parametrize("passes", [3, 1])
-def test_rung10_is_wgmma_fed_by_tma(layout, passes):
+@pytest.mark.parametrize("tma", [1, 0])
+def test_rung10_is_wgmma_fed_by_tma(layout, passes, tma):
     """Rung 10's kernel (as the ladder runs it, and with one pass as the TF32 path does) builds for
     sm_90a: per k tile of 32, 4 k steps of wgmma (3 each for TF32x3, 1 for TF32) in the consumers'
     loop, operand tiles copied by TMA (UTMALDG), registers moved between warpgroups (setmaxnreg), no
     local memory; and refuses GPUs without wgmma."""
     spec = registry.WGMMA_FAMILY
-    k = spec.compile({"tg_mma_passes": passes}, layout=layout, arch="sm_90")
+    k = spec.compile({"tg_mma_passes": passes, "tg_tma": tma}, layout=layout, arch="sm_90")
     assert k.arch == "sm_90a" and k.resources.spills == 0
     listing = sass.disassemble(k.cubin)
     assert not sass.uses_local_memory(listing)
@@ -399,7 +400,8 @@ def test_rung10_is_wgmma_fed_by_tma(layout, passes):
     loop = sass.main_loop(*sass.parse(listing))
     assert sum(i.base == "HGMMA" for i in loop) == passes * 4
     assert not any(i.base in ("FFMA", "HMMA") for i in loop)
-    assert sum(v for op, v in ops.items() if op.startswith("UTMALDG")) >= 2
+    tma_copies = sum(v for op, v in ops.items() if op.startswith("UTMALDG"))
+    assert tma_copies >= 2 if tma else tma_copies == 0 and ops["LDGSTS.E"] >= 2  # else cp.async, 4 bytes
     assert sum(v for op, v in ops.items() if op.startswith("USETMAXREG")) == 2
     with pytest.raises(ConfigError, match="runs only on sm_90a"):
         spec.compile({"tg_mma_passes": passes}, layout=layout, arch="sm_80")

@@ -118,8 +118,8 @@ def test_on_hopper_tensor_core_calls_run_rung_10s_kernel_split_over_k(stubs, mon
 
     monkeypatch.setattr(dispatch, "_on_hopper_tensor_cores", lambda *a: True)
     monkeypatch.setattr(dispatch.gpu, "device_properties", lambda device=None: SimpleNamespace(sms=132))
-    monkeypatch.setattr(dispatch, "wgmma_launcher", lambda layout, device, p: FakeLauncher(
-        registry.WGMMA_FAMILY, (("tg_mma_passes", p),), 4, stubs.log))
+    monkeypatch.setattr(dispatch, "wgmma_launcher", lambda layout, device, p, tma: FakeLauncher(
+        registry.WGMMA_FAMILY, (("tg_mma_passes", p), ("tg_tma", int(tma))), 4, stubs.log))
     W = launch.WGMMA
     a, b = op("a", (64, 100000), ptr=PA), op("b", (100000, 64), ptr=PB)
     c, out = op("c", (64, 64), ptr=PD + 2**24), op("out", (64, 64), ptr=PD)
@@ -129,6 +129,7 @@ def test_on_hopper_tensor_core_calls_run_rung_10s_kernel_split_over_k(stubs, mon
     splits = prog.config["splits"]
     assert prog.config["tg_mma_passes"] == passes and splits > 8
     assert mm.go.grid == (1, 1, splits) and [m[0] for m in mm.maps] == [W.slot("tA"), W.slot("tB")]
+    assert prog.config["tg_tma"] == 1  # aligned operands: TMA
     args = dict(zip((n for n, _ in W.fields), mm.args))
     assert args["k_split"] % 32 == 0 and args["k_split"] * (splits - 1) < 100000 <= args["k_split"] * splits
     assert (args["alpha"], args["beta"]) == (1.0, 0.0) and prog.work_floats == splits * 64 * 64
@@ -139,3 +140,8 @@ def test_on_hopper_tensor_core_calls_run_rung_10s_kernel_split_over_k(stubs, mon
                           lambda *k: pytest.fail("no mma.sync config is chosen"))
     (mm,) = prog.steps
     assert mm.go.grid == (32 * 32, 1, 1) and prog.config["splits"] == 1 and prog.work_floats == 0
+    # an operand TMA cannot read (a row of 511 floats): the producer copies the tiles, no tensor maps
+    a, b = op("a", (4096, 511), ptr=PA), op("b", (511, 4096), ptr=PB)
+    prog = dispatch.build(plan(a, b, op("out", (4096, 4096), ptr=PD), precision=precision), 0, (PA, PB, 0, PD),
+                          lambda *k: pytest.fail("no mma.sync config is chosen"))
+    assert prog.config["tg_tma"] == 0 and prog.steps[0].maps == ()

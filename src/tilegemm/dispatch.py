@@ -145,7 +145,7 @@ def build(p: Plan, device: int, ptrs: tuple, choose) -> Program:
         pa, pb = pb, pa
     beta = p.beta if p.c is not None else 0.0
     config = None
-    hopper = g.K and p.kernel == FAMILY and _on_hopper_tensor_cores(p, g, device, pa, pb)
+    hopper = g.K and p.kernel == FAMILY and _on_hopper_tensor_cores(p, g, device)
     if g.K and p.kernel == FAMILY and not hopper:
         config = dict(p.config) if p.config else dict(choose(g.key, p.precision))
         if p.precision != "fp32":  # the precision sets "mma" (the plan checked a given one agrees)
@@ -157,9 +157,7 @@ def build(p: Plan, device: int, ptrs: tuple, choose) -> Program:
         if g.K == 0:
             steps.append(_reduce_step(p, g, device, at, offs, splits=0, ldw=0, beta=beta))
         elif hopper:
-            more, w, splits = _wgmma_family(p, g, device, at, offs, beta)
-            config = {**registry.WGMMA_FAMILY.params({"tg_mma_passes": registry.PRECISIONS[p.precision]}),
-                      "splits": splits}
+            more, w, config = _wgmma_family(p, g, device, at, offs, beta)
             steps += more
             work = max(work, w)
         elif p.kernel == FAMILY:
@@ -203,12 +201,13 @@ def _rung(p, g, device, at, offs) -> list[Step]:
 
 def _tma_step(p, g, fn, grid, at, offs, vec, splits=1, k_split=None, out=D, ldd=None, sD=0, alpha=1.0,
               beta=0.0) -> Step:
-    """A launch of rung 10's kernel: its operands as tensor maps, encoded per launch from the pointers
-    (tma.py; TMA reads 16-byte aligned rows only), D = alpha A B + beta C into ``out`` (D, or the
-    split-K workspace W with planes sD apart)."""
+    """A launch of rung 10's kernel: D = alpha A B + beta C into ``out`` (D, or the split-K workspace W
+    with planes sD apart); its operands as tensor maps, encoded per launch from the pointers (tma.py;
+    TMA reads 16-byte aligned rows only), or with tg_tma = 0 as pointers its producer copies from."""
     from .tma import encoder
 
-    if vec != 4:
+    tma = fn.params["tg_tma"]
+    if tma and vec != 4:
         raise ValueError(f"kernel={p.kernel!r} copies its operands with TMA, which needs them 16-byte aligned "
                          f"with leading dimensions (and batch strides) a multiple of 4 floats; pass such "
                          f"arrays (e.g. contiguous ones with a column count a multiple of 4) or another kernel")
@@ -219,41 +218,42 @@ def _tma_step(p, g, fn, grid, at, offs, vec, splits=1, k_split=None, out=D, ldd=
     # swizzled as 10_wgmma_tf32x3.cu's a_at reads them
     ea = encoder(g.M, g.K, g.lda, bm, bk, 4 * bk) if g.layout[0] == "N" else encoder(g.K, g.M, g.lda, bk, 32, 128)
     eb = encoder(g.K, g.N, g.ldb, bk, bn) if g.layout[1] == "N" else encoder(g.N, g.K, g.ldb, bn, bk)
-    args = WGMMA.values(M=g.M, N=g.N, K=g.K, tA=bytes(128), tB=bytes(128), C=0, ldc=g.ldc, D=0,
-                        ldd=g.ldd if ldd is None else ldd, sD=sD, alpha=alpha, beta=beta,
+    args = WGMMA.values(M=g.M, N=g.N, K=g.K, tA=bytes(128), tB=bytes(128), A=0, lda=g.lda, B=0, ldb=g.ldb, C=0,
+                        ldc=g.ldc, D=0, ldd=g.ldd if ldd is None else ldd, sD=sD, alpha=alpha, beta=beta,
                         k_split=k_split or -(-g.K // bk) * bk)
-    ptrs = ((WGMMA.slot("D"), out, offs[D] if out == D else 0), (WGMMA.slot("C"), C, offs[C]))
+    ptrs = ((WGMMA.slot("D"), out, offs[D] if out == D else 0), (WGMMA.slot("C"), C, offs[C]),
+            (WGMMA.slot("A"), A, offs[A]), (WGMMA.slot("B"), B, offs[B]))
+    maps = ((WGMMA.slot("tA"), A, offs[A], 4 * sa, ea), (WGMMA.slot("tB"), B, offs[B], 4 * sb, eb)) if tma else ()
     return Step(fn.prepare((grid[0], 1, splits), False), tuple(args), ptrs, repeat=g.count,
-                strides=(4 * sd, 4 * sc), maps=((WGMMA.slot("tA"), A, offs[A], 4 * sa, ea),
-                                                (WGMMA.slot("tB"), B, offs[B], 4 * sb, eb)))
+                strides=(4 * sd, 4 * sc, 4 * sa, 4 * sb), maps=maps)
 
 
-def _on_hopper_tensor_cores(p, g, device, pa, pb) -> bool:
-    """Whether a tensor-core call runs rung 10's kernel (wgmma + TMA): on an sm_90 GPU, one product per
-    launch, no config named (a config names the mma.sync family), operands TMA can read."""
+def _on_hopper_tensor_cores(p, g, device) -> bool:
+    """Whether a tensor-core call runs rung 10's kernel (wgmma): on an sm_90 GPU, one product per
+    launch, no config named (a config names the mma.sync family)."""
     if p.precision == "fp32" or p.config or g.count != 1:
         return False
     props = gpu.device_properties(device)
-    if (props.major, props.minor) != (9, 0):
-        return False
-    return all(vector_width((pa + 4 * oa, g.lda), (pb + 4 * ob, g.ldb)) == 4 for oa, ob, _, _ in g.offsets)
+    return (props.major, props.minor) == (9, 0)
 
 
-def _wgmma_family(p, g, device, at, offs, beta) -> tuple[list[Step], int, int]:
+def _wgmma_family(p, g, device, at, offs, beta) -> tuple[list[Step], int, dict]:
     """The Hopper tensor-core path: rung 10's kernel, split over K where its 128 x 128 tiles leave
     SMs idle (selection.wgmma_splits), the splits added by the reduction with alpha and beta; the
-    steps, the workspace (floats) and the splits."""
-    fn = wgmma_launcher(g.layout, device, registry.PRECISIONS[p.precision])
+    steps, the workspace (floats) and the config run."""
+    tma = vector_width((at[A], g.lda), (at[B], g.ldb)) == 4  # else the producer copies the tiles itself
+    fn = wgmma_launcher(g.layout, device, registry.PRECISIONS[p.precision], tma)
     bk = fn.params["bk"]
     splits = selection.wgmma_splits(g.M, g.N, g.K, gpu.device_properties(device).sms, bk)
     k_split = -(-(-(-g.K // splits)) // bk) * bk
     splits = -(-g.K // k_split)
     grid = fn.spec.grid(g.M, g.N, fn.params)
     if splits == 1:
-        return [_tma_step(p, g, fn, grid, at, offs, 4, alpha=p.alpha, beta=beta)], 0, 1
+        return [_tma_step(p, g, fn, grid, at, offs, 4, alpha=p.alpha, beta=beta)], 0, {**fn.params, "splits": 1}
     ldw = -(-g.N // 4) * 4
     step = _tma_step(p, g, fn, grid, at, offs, 4, splits, k_split, out=W, ldd=ldw, sD=g.M * ldw)
-    return [step, _reduce_step(p, g, device, at, offs, splits, ldw, beta)], splits * g.M * ldw, splits
+    return ([step, _reduce_step(p, g, device, at, offs, splits, ldw, beta)], splits * g.M * ldw,
+            {**fn.params, "splits": splits})
 
 
 def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:

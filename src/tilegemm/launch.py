@@ -70,8 +70,8 @@ RUNG = Signature.of("tilegemm_kernel", "tg_common.cuh", (
 # rung 10's tilegemm_wgmma (also the tensor-core path on Hopper): D = alpha A B + beta C, the operands
 # read by TMA through tensor maps (tma.py), split-K planes z at D + z sD
 WGMMA = Signature.of("tilegemm_wgmma", "10_wgmma_tf32x3.cu", (
-    "M int, N int, K int, tA tmap, tB tmap, C ptr, ldc long long, D ptr, ldd long long, sD long long, "
-    "alpha float, beta float, k_split int"))
+    "M int, N int, K int, tA tmap, tB tmap, A ptr, lda long long, B ptr, ldb long long, C ptr, ldc long long, "
+    "D ptr, ldd long long, sD long long, alpha float, beta float, k_split int"))
 SIGNATURES = {s.entry: s for s in (GEMM, REDUCE, RUNG, WGMMA)}
 
 
@@ -133,9 +133,10 @@ def launcher(name: str, layout: str, vec: int, device: int, config: tuple = (), 
                    lambda: Launcher(spec, layout, vec, device, config, wide))
 
 
-def wgmma_launcher(layout: str, device: int, passes: int) -> Launcher:
-    """The tensor-core path's kernel on Hopper (registry.WGMMA_FAMILY) with 3 (TF32x3) or 1 (TF32) passes."""
-    config = (("tg_mma_passes", passes),)
+def wgmma_launcher(layout: str, device: int, passes: int, tma: bool = True) -> Launcher:
+    """The tensor-core path's kernel on Hopper (registry.WGMMA_FAMILY) with 3 (TF32x3) or 1 (TF32)
+    passes, its tiles copied by TMA or (any alignment) by cp.async."""
+    config = (("tg_mma_passes", passes), ("tg_tma", int(tma)))
     return _cached((registry.WGMMA_FAMILY.name, layout, device, config),
                    lambda: Launcher(registry.WGMMA_FAMILY, layout, 4, device, config))
 

@@ -45,6 +45,9 @@
 #ifndef SWIZZLE
 #define SWIZZLE 8
 #endif
+#ifndef TG_TMA
+#define TG_TMA 1  // 1: tiles copied by TMA; 0: by the producer's cp.async (any alignment; see load_tile)
+#endif
 constexpr int TILE = 128 * BK * 4;   // bytes of one operand tile (A or B, raw or one split half)
 constexpr int S_STAGE = 3 * TILE;    // raw A, B big, B small
 constexpr int CH = BK / 4;           // 16-byte chunks per row of BK
@@ -93,9 +96,30 @@ __device__ __forceinline__ void split_b(const float *raw, unsigned big, unsigned
 // rows of CH 16-byte chunks, chunk XOR (m CH / 8) % CH (TMA's 64- or 128-byte swizzle); A
 // column-major as four [BK k][32 m] boxes, 128-byte rows, chunk XOR k % 8.  Either way a warp's
 // fragment reads hit distinct banks (2-way at worst).
-__device__ __forceinline__ float a_at(const float *raw, int m, int k) {
-    if (!TG_TRANS_A) return raw[m * BK + ((((k / 4) ^ (m * CH / 8)) & (CH - 1)) * 4) + k % 4];
-    return raw[(m / 32) * (32 * BK) + k * 32 + ((((m % 32) / 4) ^ (k % 8)) * 4) + m % 4];
+__device__ __forceinline__ int a_idx(int m, int k) {
+    if (!TG_TRANS_A) return m * BK + ((((k / 4) ^ (m * CH / 8)) & (CH - 1)) * 4) + k % 4;
+    return (m / 32) * (32 * BK) + k * 32 + ((((m % 32) / 4) ^ (k % 8)) * 4) + m % 4;
+}
+__device__ __forceinline__ float a_at(const float *raw, int m, int k) { return raw[a_idx(m, k)]; }
+
+// TG_TMA = 0: the producer's 128 threads copy an operand's 128 x BK tile themselves, 4 bytes per
+// cp.async (LDGSTS), to where TMA would have put it (A: a_idx; B: raw[n][k] or raw[k][n]), elements
+// outside the matrix (row >= rows or k >= K) zero-filled; then each thread has the mbarrier count
+// its copies' completion (cp.async.mbarrier.arrive.noinc: 128 arrivals complete the phase).  Lanes
+// run along the operand's contiguous direction in global memory: 128-byte requests.
+// A: op = 0, row = m; B: op = 1, row = n.  KCONT: k is the contiguous direction.
+template <int OP, bool KCONT>
+__device__ __forceinline__ void load_tile(unsigned dst, const float *G, tg_idx ld, int row0, int rows, int kb, int K,
+                                          unsigned bar, int ptid) {
+#pragma unroll 4
+    for (int i = 0; i < BK; ++i) {
+        const int r = KCONT ? ptid / BK + (128 / BK) * i : ptid, k = KCONT ? ptid % BK : i;
+        const bool in = row0 + r < rows && kb + k < K;
+        const tg_idx off = OP == 0 ? tg_a_off(row0 + r, kb + k, ld) : tg_b_off(kb + k, row0 + r, ld);
+        const int e = OP == 0 ? a_idx(r, k) : (TG_TRANS_B ? r * BK + k : k * BN + r);
+        tg_cp_async<4>(dst + 4 * e, in ? G + off : G, in ? 4 : 0, true);
+    }
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
 }
 
 // D = alpha A B + beta C (C read only when beta != 0).  The library's tensor-core path (precision
@@ -105,8 +129,8 @@ __device__ __forceinline__ float a_at(const float *raw, int m, int k) {
 // writes D + z sD; the host adds the splits, splitk_reduce.cu).  TG_MMA_PASSES = 1 makes it TF32.
 extern "C" __global__ void __launch_bounds__(NT, 1)
     tilegemm_wgmma(int M, int N, int K, const __grid_constant__ TgTensorMap tA, const __grid_constant__ TgTensorMap tB,
-                   const float *C, long long ldc, float *D, long long ldd, long long sD, float alpha, float beta,
-                   int k_split) {
+                   const float *A, long long lda, const float *B, long long ldb, const float *C, long long ldc,
+                   float *D, long long ldd, long long sD, float alpha, float beta, int k_split) {
     extern __shared__ __align__(1024) unsigned char smem[];
     const unsigned s0 = tg_smem(smem);
     // [SS stages of raw A | B big | B small][RS stages of raw B][barriers]
@@ -129,9 +153,9 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     const int T = (min(K - k0, k_split) + BK - 1) / BK;  // k tiles from k0 (the last may run past K)
 
     if (tid == 0) {
-        for (int r = 0; r < RS; ++r) tg_mbar_init(b_full(r), 1);
+        for (int r = 0; r < RS; ++r) tg_mbar_init(b_full(r), TG_TMA ? 1 : 128);
         for (int s = 0; s < SS; ++s) {
-            tg_mbar_init(a_full(s), 1);
+            tg_mbar_init(a_full(s), TG_TMA ? 1 : 128);
             tg_mbar_init(s_full(s), 128);
             tg_mbar_init(s_empty(s), 256);
         }
@@ -142,17 +166,22 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     if (wg == 0) {  // ------------------------------------------------ the producer warpgroup
         tg_setmaxnreg_dec40();
         auto load_b = [&](int kt, int r) {  // B's k tile kt into raw stage r (coordinates innermost first)
-            tg_mbar_expect_tx(b_full(r), TILE);
-            if (TG_TRANS_B) tg_tma_2d(rb0 + r * TILE, &tB, k0 + kt * BK, n0, b_full(r));
-            else            tg_tma_2d(rb0 + r * TILE, &tB, n0, k0 + kt * BK, b_full(r));
+            if (!TG_TMA) {
+                load_tile<1, (bool)TG_TRANS_B>(rb0 + r * TILE, B, ldb, n0, N, k0 + kt * BK, K, b_full(r), tid);
+            } else if (tid == 0) {
+                tg_mbar_expect_tx(b_full(r), TILE);
+                if (TG_TRANS_B) tg_tma_2d(rb0 + r * TILE, &tB, k0 + kt * BK, n0, b_full(r));
+                else            tg_tma_2d(rb0 + r * TILE, &tB, n0, k0 + kt * BK, b_full(r));
+            }
         };
-        if (tid == 0)
-            for (int kt = 0; kt < RS && kt < T; ++kt) load_b(kt, kt);
+        for (int kt = 0; kt < RS && kt < T; ++kt) load_b(kt, kt);
         for (int kt = 0; kt < T; ++kt) {
             const int r = kt % RS, s = kt % SS;
             const unsigned st = st0 + s * S_STAGE;
             tg_mbar_wait(s_empty(s), ((kt / SS) & 1) ^ 1);  // the consumers are done with stage s
-            if (tid == 0) {  // A's k tile straight into the stage (four 32-column boxes when column-major)
+            if (!TG_TMA) {
+                load_tile<0, !TG_TRANS_A>(st, A, lda, m0, M, k0 + kt * BK, K, a_full(s), tid);
+            } else if (tid == 0) {  // A's k tile straight into the stage (four 32-column boxes when column-major)
                 tg_mbar_expect_tx(a_full(s), TILE);
                 if (TG_TRANS_A)
                     for (int q = 0; q < 4; ++q) tg_tma_2d(st + q * 32 * BK * 4, &tA, m0 + 32 * q, k0 + kt * BK, a_full(s));
@@ -165,7 +194,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // our stores, then wgmma's reads
             tg_mbar_arrive(s_full(s));
             asm volatile("bar.sync 1, 128;" ::: "memory");  // every producer thread is done with raw B stage r
-            if (tid == 0 && kt + RS < T) load_b(kt + RS, r);
+            if (kt + RS < T) load_b(kt + RS, r);
         }
         return;
     }

@@ -111,13 +111,17 @@ __device__ __forceinline__ float a_at(const float *raw, int m, int k) { return r
 template <int OP, bool KCONT>
 __device__ __forceinline__ void load_tile(unsigned dst, const float *G, tg_idx ld, int row0, int rows, int kb, int K,
                                           unsigned bar, int ptid) {
+    // copy i: row r0 + RSTEP i, k k0 + KSTEP i; the source moves by a fixed step per copy
+    constexpr int RSTEP = KCONT ? 128 / BK : 0, KSTEP = KCONT ? 0 : 1;
+    const int r0 = KCONT ? ptid / BK : ptid, k0 = KCONT ? ptid % BK : 0;
+    const tg_idx step = KCONT ? RSTEP * ld : ld;  // rows of the stored matrix are ld apart
+    const float *src = G + (OP == 0 ? tg_a_off(row0 + r0, kb + k0, ld) : tg_b_off(kb + k0, row0 + r0, ld));
 #pragma unroll 4
-    for (int i = 0; i < BK; ++i) {
-        const int r = KCONT ? ptid / BK + (128 / BK) * i : ptid, k = KCONT ? ptid % BK : i;
+    for (int i = 0; i < BK; ++i, src += step) {
+        const int r = r0 + RSTEP * i, k = k0 + KSTEP * i;
         const bool in = row0 + r < rows && kb + k < K;
-        const tg_idx off = OP == 0 ? tg_a_off(row0 + r, kb + k, ld) : tg_b_off(kb + k, row0 + r, ld);
         const int e = OP == 0 ? a_idx(r, k) : (TG_TRANS_B ? r * BK + k : k * BN + r);
-        tg_cp_async<4>(dst + 4 * e, in ? G + off : G, in ? 4 : 0, true);
+        tg_cp_async<4>(dst + 4 * e, in ? src : G, in ? 4 : 0, true);
     }
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
 }

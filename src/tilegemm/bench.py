@@ -226,7 +226,8 @@ def plot_draw(doc: dict, path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for r in doc["rows"] if r["kernel"] == "tilegemm"]
+    ours = list(dict.fromkeys(r["kernel"] for r in doc["rows"] if r["kernel"].startswith("tilegemm")))
+    rows = [r for r in doc["rows"] if r["kernel"] == ours[0]]  # the first of ours in the scatter
     xs = [r["M"] * r["N"] * r["K"] * r["batch"] for r in rows]
     ys = [r["ratio"] or 0.0 for r in rows]
     aspect = [math.log10(max(r["M"], r["N"], r["K"]) / min(r["M"], r["N"], r["K"])) for r in rows]
@@ -238,10 +239,13 @@ def plot_draw(doc: dict, path) -> None:
         ax2.axvline(level, color="gray", linestyle=style, linewidth=1)
     ax.set_xscale("log")
     ax.set_xlabel("multiply-adds (M N K)")
-    ax.set_ylabel("tilegemm / cuBLAS (TFLOPS)")
-    ordered = sorted(ys)
-    ax2.step(ordered, [(i + 1) / len(ordered) for i in range(len(ordered))], where="post")
-    ax2.set_xlabel("tilegemm / cuBLAS")
+    ax.set_ylabel(f"{ours[0]} / cuBLAS (TFLOPS)")
+    for name in ours:  # the distribution of each of ours
+        ordered = sorted(r["ratio"] or 0.0 for r in doc["rows"] if r["kernel"] == name)
+        ax2.step(ordered, [(i + 1) / len(ordered) for i in range(len(ordered))], where="post", label=name)
+    if len(ours) > 1:
+        ax2.legend(fontsize=8)
+    ax2.set_xlabel("tilegemm / cuBLAS SGEMM")
     ax2.set_ylabel("share of cases at or below")
     what = f"seed {doc['seed']}" if doc.get("seed") is not None else doc.get("kind", "")
     fig.suptitle(f"{len(rows)} shapes ({what}) on {doc['gpu']} ({doc['date']}): geometric mean "

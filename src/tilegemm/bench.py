@@ -104,8 +104,11 @@ def measure(kernels, M, N, K, layout="NN", progress=None, batch=1, refs=(), case
             config = {k: v for k, v in config.items() if k != "mma"}
         if kernel == registry.FAMILY.name and config is None:
             dev = gpu.current_device()
+            props = gpu.device_properties(dev)
             if prec == "fp32":
                 cfg, src = selection.select(dev, layout, M, N, K, batch)
+            elif (props.major, props.minor) == (9, 0) and batch == 1:  # dispatch's Hopper path: rung 10's kernel
+                cfg, src = {"splits": selection.wgmma_splits(M, N, K, props.sms)}, "wgmma"
             else:
                 cfg, src = selection.select_mma(dev, prec, layout, M, N, K, batch), "heuristic"
             entries.append(("tilegemm" if prec == "fp32" else f"tilegemm-{prec}",

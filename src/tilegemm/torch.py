@@ -4,6 +4,7 @@
     y = tgt.matmul(a, b)                              # torch.matmul's rules, float32 CUDA tensors
     y = tgt.gemm(x, w.mT, bias, alpha=1.0, beta=1.0)  # alpha * x @ w^T + beta * bias
     model = tgt.replace_linear(model)                 # every float32 nn.Linear now runs on tilegemm
+    y = tgt.matmul(a, b, precision="tf32x3")          # tensor cores at FP32 accuracy (also "tf32")
 
 The products are torch custom operators (``torch.ops.tilegemm.matmul``, ``.gemm`` and ``.gemm_out``,
 see ``tilegemm.torch_ops``): they differentiate (both operands, and c), trace under
@@ -25,7 +26,7 @@ try:
 except ImportError:  # torch is an optional dependency of tilegemm
     raise ImportError("tilegemm.torch needs PyTorch; install it first (pip install torch)") from None
 
-from . import torch_ops
+from . import registry, torch_ops
 
 __all__ = ["matmul", "gemm", "Linear", "replace_linear"]
 
@@ -57,25 +58,27 @@ def _no_grad_with_out(**tensors) -> None:
                              f"call without out=, or under torch.no_grad()")
 
 
-def matmul(a, b, *, out=None):
+def matmul(a, b, *, out=None, precision="fp32"):
     """``a @ b`` in float32 with tilegemm, under ``torch.matmul``'s rules (1-D operands, broadcast
     batch dimensions), differentiable in a and b.
 
     a, b: float32 CUDA tensors in any row- or column-major layout (``x.mT`` is read in place).  The
     result is a new contiguous float32 tensor; with ``out`` it is written there and ``out`` is
-    returned (no autograd then, as in torch).
+    returned (no autograd then, as in torch).  ``precision``: "fp32" (FFMAs, the default), "tf32x3"
+    (tensor cores at FP32 accuracy) or "tf32" (tensor cores with 10-bit mantissas); the backward's
+    products use the same.
     """
     _tensor(a, "a")
     _tensor(b, "b")
     if out is None:
-        return torch_ops.matmul(a, b)
+        return torch_ops.matmul(a, b, precision)
     _tensor(out, "out")
     _no_grad_with_out(a=a, b=b, out=out)
-    torch_ops.gemm_out(a, b, None, 1.0, 0.0, out)
+    torch_ops.gemm_out(a, b, None, 1.0, 0.0, out, precision)
     return out
 
 
-def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, out=None):
+def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, out=None, precision="fp32"):
     """``alpha * (a @ b) + beta * c`` in float32 with tilegemm, differentiable in a, b and c.
 
     ``c`` broadcasts to the result's shape (a bias row of shape (N,) works) and is read only when
@@ -83,7 +86,9 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, out=None):
     read (row-major otherwise); with ``out`` it is written there and ``out`` is returned (no autograd
     then).  alpha and beta are numbers, fixed in the traced graph; a torch tensor for either makes
     this ``alpha * matmul(a, b) + beta * c`` with torch's own scaling and addition, so autograd
-    reaches alpha and beta too (at the cost of two elementwise passes).
+    reaches alpha and beta too (at the cost of two elementwise passes).  ``precision``: as in
+    ``matmul`` ("fp32": FFMAs, the default; "tf32x3": tensor cores at FP32 accuracy; "tf32": tensor
+    cores with 10-bit mantissas).
     """
     _tensor(a, "a")
     _tensor(b, "b")
@@ -96,17 +101,17 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, out=None):
                           alpha=alpha if isinstance(alpha, torch.Tensor) else None,
                           beta=beta if isinstance(beta, torch.Tensor) else None)
     if isinstance(alpha, torch.Tensor) or isinstance(beta, torch.Tensor):
-        res = _scaled(a, b, c, alpha, beta)
+        res = _scaled(a, b, c, alpha, beta, precision)
         return res if out is None else out.copy_(res)
     if out is None:
-        return torch_ops.gemm(a, b, c, alpha, beta)
-    torch_ops.gemm_out(a, b, c, alpha, beta, out)
+        return torch_ops.gemm(a, b, c, alpha, beta, precision)
+    torch_ops.gemm_out(a, b, c, alpha, beta, out, precision)
     return out
 
 
-def _scaled(a, b, c, alpha, beta):
+def _scaled(a, b, c, alpha, beta, precision):
     """alpha * (a @ b) + beta * c with alpha or beta a tensor, built from torch ops."""
-    res = torch_ops.matmul(a, b)
+    res = torch_ops.matmul(a, b, precision)
     if not (isinstance(alpha, float) and alpha == 1.0):
         res = alpha * res
     if isinstance(beta, float) and beta == 0.0:
@@ -128,33 +133,47 @@ class Linear(nn.Linear):
 
     The same parameters, initialisation and state_dict as ``nn.Linear``; float32 only (another dtype
     raises rather than changing precision).  x: (..., in_features), a float32 CUDA tensor.
+    ``precision``: how forward and backward compute their products: "fp32" (FFMAs, the default),
+    "tf32x3" (tensor cores at FP32 accuracy) or "tf32" (tensor cores with 10-bit mantissas).
     """
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None):
+    precision: str = "fp32"  # the class's default, for layers whose class replace_linear changed
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None,
+                 precision: str = "fp32"):
         if dtype is not None and dtype != torch.float32:
             raise TypeError(f"dtype must be torch.float32 (or None), got {dtype}: tilegemm.torch.Linear computes "
                             f"in float32 and never casts silently (torch.nn.Linear runs other dtypes)")
+        registry.check_precision(precision)
         super().__init__(in_features, out_features, bias, device=device, dtype=dtype)
+        self.precision = precision
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, precision={self.precision!r}"
 
     def forward(self, input):
         _float32_only("weight", self.weight.dtype)
         _float32_only("input", input.dtype)
         if self.bias is None:
-            return matmul(input, self.weight.mT)
-        return gemm(input, self.weight.mT, self.bias, alpha=1.0, beta=1.0)
+            return matmul(input, self.weight.mT, precision=self.precision)
+        return gemm(input, self.weight.mT, self.bias, alpha=1.0, beta=1.0, precision=self.precision)
 
 
-def replace_linear(module: nn.Module) -> nn.Module:
+def replace_linear(module: nn.Module, *, precision: str = "fp32") -> nn.Module:
     """Make every float32 ``nn.Linear`` in ``module`` (itself included) a ``tilegemm.torch.Linear``,
     in place, and return ``module``.
 
     Each layer stays the same object with the same Parameters (nothing is copied, so optimizers,
     hooks and other references to them keep working); only its class changes.  Subclasses of
-    nn.Linear and layers of another dtype are left as they are.
+    nn.Linear and layers of another dtype are left as they are.  ``precision``: the new layers'
+    (``Linear``'s: "fp32", FFMAs, the default; "tf32x3": tensor cores at FP32 accuracy; "tf32":
+    tensor cores with 10-bit mantissas).
     """
     if not isinstance(module, nn.Module):
         raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+    registry.check_precision(precision)
     for m in module.modules():
         if type(m) is nn.Linear and m.weight.dtype == torch.float32:
             m.__class__ = Linear
+            m.precision = precision
     return module

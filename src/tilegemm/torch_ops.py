@@ -2,9 +2,10 @@
 
 ``torch.ops.tilegemm.matmul(a, b)``, ``torch.ops.tilegemm.gemm(a, b, c, alpha, beta)`` and
 ``torch.ops.tilegemm.gemm_out(a, b, c, alpha, beta, out)`` (which writes ``out``) run
-``tilegemm.matmul`` / ``tilegemm.gemm``.  Each has a fake implementation that gives the real result's
-shape, strides and dtype from metadata alone (symbolic sizes included), so torch.compile traces
-through them; the two functional ones have autograd formulas computed with the same operators.
+``tilegemm.matmul`` / ``tilegemm.gemm``; each takes a last ``precision="fp32"`` (``tilegemm.matmul``'s).
+Each has a fake implementation that gives the real result's shape, strides and dtype from metadata
+alone (symbolic sizes included), so torch.compile traces through them; the two functional ones have
+autograd formulas computed with the same operators, at the forward's precision.
 
 ``matmul``, ``gemm`` and ``gemm_out`` here pick the operator or, where the operator would add nothing
 (eager, no autograd to record, plain CUDA tensors, no torch mode active), tilegemm itself: the same
@@ -21,14 +22,15 @@ try:
 except ImportError:  # torch is an optional dependency of tilegemm
     raise ImportError("tilegemm.torch needs PyTorch; install it first (pip install torch)") from None
 
-from . import api
+from . import api, registry
 from .arrays import classify
 
 NAMESPACE = "tilegemm"
 SCHEMAS = {
-    "matmul": "(Tensor a, Tensor b) -> Tensor",
-    "gemm": "(Tensor a, Tensor b, Tensor? c, float alpha, float beta) -> Tensor",
-    "gemm_out": "(Tensor a, Tensor b, Tensor? c, float alpha, float beta, Tensor(a!) out) -> ()",
+    "matmul": '(Tensor a, Tensor b, str precision="fp32") -> Tensor',
+    "gemm": '(Tensor a, Tensor b, Tensor? c, float alpha, float beta, str precision="fp32") -> Tensor',
+    "gemm_out": '(Tensor a, Tensor b, Tensor? c, float alpha, float beta, Tensor(a!) out, '
+                'str precision="fp32") -> ()',
 }
 MUTATES = {"matmul": (), "gemm": (), "gemm_out": ("out",)}
 
@@ -116,28 +118,33 @@ def result_layout(a, b, c, beta: float) -> tuple:
 # --------------------------------------------------------------------------- the operators' bodies
 
 
-def _matmul_impl(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return api.matmul(a, b)
+def _matmul_impl(a: torch.Tensor, b: torch.Tensor, precision: str = "fp32") -> torch.Tensor:
+    return api.matmul(a, b, precision=precision)
 
 
-def _gemm_impl(a, b, c, alpha: float, beta: float) -> torch.Tensor:
-    return api.gemm(a, b, c, alpha=alpha, beta=beta)
+def _gemm_impl(a, b, c, alpha: float, beta: float, precision: str = "fp32") -> torch.Tensor:
+    return api.gemm(a, b, c, alpha=alpha, beta=beta, precision=precision)
 
 
-def _gemm_out_impl(a, b, c, alpha: float, beta: float, out) -> None:
-    api.gemm(a, b, c, alpha=alpha, beta=beta, out=out)
+def _gemm_out_impl(a, b, c, alpha: float, beta: float, out, precision: str = "fp32") -> None:
+    api.gemm(a, b, c, alpha=alpha, beta=beta, out=out, precision=precision)
 
 
-def _matmul_fake(a, b):
-    return _gemm_fake(a, b, None, 1.0, 0.0)
+# The fakes check precision first, as tilegemm's plan does (the result's layout does not depend on it).
 
 
-def _gemm_fake(a, b, c, alpha, beta):
+def _matmul_fake(a, b, precision="fp32"):
+    return _gemm_fake(a, b, None, 1.0, 0.0, precision)
+
+
+def _gemm_fake(a, b, c, alpha, beta, precision="fp32"):
+    registry.check_precision(precision)
     shape, strides = result_layout(a, b, c, beta)
     return torch.empty_strided(shape, strides, dtype=torch.float32, device=a.device)
 
 
-def _gemm_out_fake(a, b, c, alpha, beta, out):
+def _gemm_out_fake(a, b, c, alpha, beta, out, precision="fp32"):
+    registry.check_precision(precision)
     batch, M, N, shape = product_shape(a, b)
     if beta != 0.0:
         if c is None:
@@ -160,9 +167,10 @@ def _readable(x):
     return x
 
 
-def _matmul_grads(a, b, shapes: tuple, grad, alpha: float, need_a: bool, need_b: bool) -> tuple:
-    """alpha * grad @ b^T and alpha * a^T @ grad, summed over broadcast batch dimensions back to a's
-    and b's ``shapes``, 1-D operands handled as torch.matmul handles them."""
+def _matmul_grads(a, b, shapes: tuple, grad, alpha: float, need_a: bool, need_b: bool,
+                  precision: str = "fp32") -> tuple:
+    """alpha * grad @ b^T and alpha * a^T @ grad at ``precision``, summed over broadcast batch
+    dimensions back to a's and b's ``shapes``, 1-D operands handled as torch.matmul handles them."""
     a_shape, b_shape = shapes
     a_vec, b_vec = len(a_shape) == 1, len(b_shape) == 1
     g = grad.unsqueeze(-1) if b_vec else grad
@@ -170,16 +178,18 @@ def _matmul_grads(a, b, shapes: tuple, grad, alpha: float, need_a: bool, need_b:
     ga = gb = None
     if need_a:
         b2 = b.unsqueeze(-1) if b_vec else b
-        ga = gemm(g, b2.mT, None, alpha, 0.0).sum_to_size(((1,) if a_vec else ()) + tuple(a_shape))
+        ga = gemm(g, b2.mT, None, alpha, 0.0, precision)
+        ga = ga.sum_to_size(((1,) if a_vec else ()) + tuple(a_shape))
         ga = ga.reshape(a_shape)
     if need_b:
         a2 = a.unsqueeze(0) if a_vec else a
         if len(b_shape) <= 2 and g.dim() > 2 and a2.shape[:-2] == g.shape[:-2]:  # one product over all rows
             rows = math.prod(g.shape[:-1])
             a_rows, g_rows = a2.reshape(rows, a2.shape[-1]), g.reshape(rows, g.shape[-1])
-            gb = gemm(_readable(a_rows).mT, _readable(g_rows), None, alpha, 0.0)
+            gb = gemm(_readable(a_rows).mT, _readable(g_rows), None, alpha, 0.0, precision)
         else:
-            gb = gemm(a2.mT, g, None, alpha, 0.0).sum_to_size(tuple(b_shape) + ((1,) if b_vec else ()))
+            gb = gemm(a2.mT, g, None, alpha, 0.0, precision)
+            gb = gb.sum_to_size(tuple(b_shape) + ((1,) if b_vec else ()))
         gb = gb.reshape(b_shape)
     return ga, gb
 
@@ -192,28 +202,31 @@ def _save_operands(ctx, a, b) -> None:
 
 
 def _setup_matmul(ctx, inputs, output) -> None:
-    _save_operands(ctx, *inputs[:2])
+    a, b, precision = inputs
+    _save_operands(ctx, a, b)
+    ctx.precision = precision  # the backward's products are computed as the forward's
 
 
 def _setup_gemm(ctx, inputs, output) -> None:
-    a, b, c, alpha, beta = inputs
+    a, b, c, alpha, beta, precision = inputs
     _save_operands(ctx, a, b)
-    ctx.alpha, ctx.beta = alpha, beta
+    ctx.alpha, ctx.beta, ctx.precision = alpha, beta, precision
     ctx.c_shape = None if c is None else c.shape
 
 
 def _matmul_backward(ctx, grad):
     a, b = ctx.saved_tensors
-    return _matmul_grads(a, b, ctx.shapes, grad, 1.0, *ctx.needs_input_grad[:2])
+    ga, gb = _matmul_grads(a, b, ctx.shapes, grad, 1.0, *ctx.needs_input_grad[:2], ctx.precision)
+    return ga, gb, None  # precision: no gradient
 
 
 def _gemm_backward(ctx, grad):
     a, b = ctx.saved_tensors
-    ga, gb = _matmul_grads(a, b, ctx.shapes, grad, ctx.alpha, *ctx.needs_input_grad[:2])
+    ga, gb = _matmul_grads(a, b, ctx.shapes, grad, ctx.alpha, *ctx.needs_input_grad[:2], ctx.precision)
     gc = None
     if ctx.needs_input_grad[2] and ctx.beta != 0.0:  # c is not read when beta == 0
         gc = (grad if ctx.beta == 1.0 else grad * ctx.beta).sum_to_size(ctx.c_shape)
-    return ga, gb, gc, None, None
+    return ga, gb, gc, None, None, None  # alpha, beta, precision: no gradients
 
 
 # --------------------------------------------------------------------------- registration
@@ -269,25 +282,26 @@ def direct(*tensors) -> bool:
                 or C._are_functorch_transforms_active())
 
 
-def matmul(a, b):
-    """a @ b through the operator, or tilegemm directly where that is the same (``direct``)."""
-    return api.matmul(a, b) if direct(a, b) else MATMUL(a, b)
+def matmul(a, b, precision: str = "fp32"):
+    """a @ b at ``precision`` through the operator, or tilegemm directly where that is the same
+    (``direct``)."""
+    return api.matmul(a, b, precision=precision) if direct(a, b) else MATMUL(a, b, precision)
 
 
-def gemm(a, b, c, alpha: float, beta: float):
-    """alpha * a @ b + beta * c, as ``matmul`` picks its path."""
+def gemm(a, b, c, alpha: float, beta: float, precision: str = "fp32"):
+    """alpha * a @ b + beta * c at ``precision``, as ``matmul`` picks its path."""
     if c is None and alpha == 1.0 and beta == 0.0:
-        return matmul(a, b)
+        return matmul(a, b, precision)
     if direct(a, b, c):
-        return api.gemm(a, b, c, alpha=alpha, beta=beta)
-    return GEMM(a, b, c, alpha, beta)
+        return api.gemm(a, b, c, alpha=alpha, beta=beta, precision=precision)
+    return GEMM(a, b, c, alpha, beta, precision)
 
 
-def gemm_out(a, b, c, alpha: float, beta: float, out) -> None:
-    """Write alpha * a @ b + beta * c into ``out``, as ``matmul`` picks its path."""
+def gemm_out(a, b, c, alpha: float, beta: float, out, precision: str = "fp32") -> None:
+    """Write alpha * a @ b + beta * c at ``precision`` into ``out``, as ``matmul`` picks its path."""
     if c is None and alpha == 1.0 and beta == 0.0 and direct(a, b, out):
-        api.matmul(a, b, out=out)
+        api.matmul(a, b, out=out, precision=precision)
     elif direct(a, b, c, out):
-        api.gemm(a, b, c, alpha=alpha, beta=beta, out=out)
+        api.gemm(a, b, c, alpha=alpha, beta=beta, out=out, precision=precision)
     else:
-        GEMM_OUT(a, b, c, alpha, beta, out)
+        GEMM_OUT(a, b, c, alpha, beta, out, precision)

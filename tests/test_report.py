@@ -46,7 +46,7 @@ def test_results_files_follow_schema_1():
     bodies = {"banks": ("probes", "kernels", "cases"), "peaks": ("fp32_tflops", "dram_gbs", "l2_gbs"),
               "stalls": ("kernels",), "kernels": ("kernels", "command"), "clocks": ("phases", "samples"),
               "timing": ("timings",), "overhead": ("runs",), "pdl": ("timings", "checks"),
-              "random": ("rows", "seed", "draw"), "real": ("rows",)}
+              "random": ("rows", "seed", "draw"), "real": ("rows",), "accuracy": ("rows", "seed")}
     for f in files:
         doc = json.loads(f.read_text())
         assert doc["schema"] == 1
@@ -57,9 +57,11 @@ def test_results_files_follow_schema_1():
         for k in ("date", "gpu", "sm", "sms", "driver", "versions", *bodies.get(kind, ("rows",))):
             assert k in doc, (f.name, k)
         assert {"tilegemm", "cupy", "nvrtc", "torch"} <= set(doc["versions"])
-        for row in doc.get("rows", []):
+        for row in doc.get("rows", []) if kind != "accuracy" else []:  # accuracy rows: errors by case
             assert keys <= set(row), (f.name, row)
             assert row["layout"] in ("NN", "NT", "TN", "TT")
+        for row in doc.get("rows", []) if kind == "accuracy" else []:
+            assert "case" in row and ("errors" in row or "same" in row), (f.name, row)
 
 
 def test_pivot_table():

@@ -35,10 +35,10 @@ def _operand(t, name):
     return Operand(name, "torch", t, tuple(t.shape), tuple(t.stride()), dtype, 0, t.data_ptr())
 
 
-def planned_result(a, b, c=None, alpha=1.0, beta=0.0, out=None):
+def planned_result(a, b, c=None, alpha=1.0, beta=0.0, out=None, precision="fp32"):
     """(plan, a new result laid out as tilegemm allocates it: dispatch.run's allocation and reshape)."""
     p = plan(_operand(a, "a"), _operand(b, "b"), _operand(out, "out") if out is not None else None, None, None,
-             _operand(c, "c") if c is not None else None, alpha, beta)
+             _operand(c, "c") if c is not None else None, alpha, beta, True, precision)
     mshape = p.batch + ((p.N, p.M) if p.out_colmajor else (p.M, p.N))
     res = torch.empty(mshape, dtype=a.dtype, device=a.device)
     res = res.transpose(-1, -2) if p.out_colmajor else res
@@ -46,10 +46,15 @@ def planned_result(a, b, c=None, alpha=1.0, beta=0.0, out=None):
 
 
 class CPUTilegemm:
-    """tilegemm.gemm / tilegemm.matmul on CPU tensors: the real planning and checks, torch's matmul."""
+    """tilegemm.gemm / tilegemm.matmul on CPU tensors: the real planning and checks, torch's matmul.
+    ``precisions``: the precision of every call, in order."""
 
-    def gemm(self, a, b, c=None, *, alpha=1.0, beta=0.0, out=None):
-        p, res = planned_result(a, b, c, alpha, beta, out)
+    def __init__(self):
+        self.precisions = []
+
+    def gemm(self, a, b, c=None, *, alpha=1.0, beta=0.0, out=None, precision="fp32"):
+        self.precisions.append(precision)
+        p, res = planned_result(a, b, c, alpha, beta, out, precision)
         ref = alpha * torch.matmul(a, b)
         if p.c is not None:
             ref = ref + beta * c
@@ -58,13 +63,15 @@ class CPUTilegemm:
         res.copy_(ref.reshape(res.shape))
         return res.reshape(p.shape) if tuple(res.shape) != p.shape else res
 
-    def matmul(self, a, b, *, out=None):
-        return self.gemm(a, b, out=out)
+    def matmul(self, a, b, *, out=None, precision="fp32"):
+        return self.gemm(a, b, out=out, precision=precision)
 
 
 @pytest.fixture
 def cpu_tilegemm(monkeypatch):
-    monkeypatch.setattr(torch_ops, "api", CPUTilegemm())
+    stand_in = CPUTilegemm()
+    monkeypatch.setattr(torch_ops, "api", stand_in)
+    return stand_in
 
 
 def meta(*shape):
@@ -202,13 +209,18 @@ def test_importing_again_keeps_the_operators():
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "tilegemm::gemm_out(Tensor a, Tensor b, Tensor? c, float alpha, float beta, " \
-                                 "Tensor(a!) out) -> ()"
+                                 "Tensor(a!) out, str precision=\"fp32\") -> ()"
 
 
 def test_the_schemas():
-    assert str(torch.ops.tilegemm.matmul.default._schema) == "tilegemm::matmul(Tensor a, Tensor b) -> Tensor"
+    assert str(torch.ops.tilegemm.matmul.default._schema) == (
+        'tilegemm::matmul(Tensor a, Tensor b, str precision="fp32") -> Tensor')
     assert str(torch.ops.tilegemm.gemm.default._schema) == (
-        "tilegemm::gemm(Tensor a, Tensor b, Tensor? c, float alpha, float beta) -> Tensor")
+        'tilegemm::gemm(Tensor a, Tensor b, Tensor? c, float alpha, float beta, str precision="fp32") -> Tensor')
+    for name in ("matmul", "gemm", "gemm_out"):
+        schema = str(getattr(torch.ops.tilegemm, name).default._schema)
+        assert schema.endswith('str precision="fp32") -> Tensor' if name != "gemm_out" else
+                               'str precision="fp32") -> ()'), schema
 
 
 def test_no_other_tilegemm_module_imports_the_torch_modules():
@@ -403,7 +415,7 @@ def test_linear_is_nn_linear_with_the_same_init_and_state():
     assert isinstance(ours[0], torch.nn.Linear)
     a, b = ours.state_dict(), theirs.state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    assert repr(ours[0]) == "Linear(in_features=16, out_features=32, bias=True)"
+    assert repr(ours[0]) == "Linear(in_features=16, out_features=32, bias=True, precision='fp32')"
 
 
 def test_linear_rejects_other_dtypes():
@@ -456,3 +468,124 @@ def test_replace_linear_keeps_the_outputs(cpu_tilegemm):
     x = torch.randn(4, 8)
     before = model(x)
     assert torch.allclose(tgt.replace_linear(model)(x), before, rtol=1e-5, atol=1e-6)
+
+
+# --------------------------------------------------------------------------- precision
+
+
+PRECISIONS = ["fp32", "tf32x3", "tf32"]
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("sa,sb,sc,lc", C_CASES[:6] + [((2, 3, 4), (4,), None, "N"), ((4,), (4,), None, "N")],
+                         ids=str)
+def test_the_fakes_accept_every_precision_and_give_the_same_layout(precision, sa, sb, sc, lc):
+    a, b = meta(*sa), meta(*sb)
+    c = None if sc is None else view(sc, lc) if len(sc) > 1 else meta(*sc)
+    beta = 0.0 if c is None else 1.0
+    for want, got in ((torch.ops.tilegemm.matmul(a, b), torch.ops.tilegemm.matmul(a, b, precision)),
+                      (torch.ops.tilegemm.gemm(a, b, c, 2.0, beta),
+                       torch.ops.tilegemm.gemm(a, b, c, 2.0, beta, precision=precision))):
+        assert (got.shape, got.stride(), got.dtype) == (want.shape, want.stride(), want.dtype)
+    out = torch.empty(torch.matmul(a, b).shape, device="meta")
+    assert torch.ops.tilegemm.gemm_out(a, b, c, 2.0, beta, out, precision) is None
+
+
+@pytest.mark.parametrize("call", [
+    lambda p: torch.ops.tilegemm.matmul(meta(3, 4), meta(4, 5), p),
+    lambda p: torch.ops.tilegemm.matmul(meta(2, 3), meta(4, 5), precision=p),  # precision is checked first
+    lambda p: torch.ops.tilegemm.gemm(meta(3, 4), meta(4, 5), meta(5), 1.0, 1.0, p),
+    lambda p: torch.ops.tilegemm.gemm_out(meta(3, 4), meta(4, 5), None, 1.0, 0.0, meta(3, 5), p),
+    lambda p: tgt.matmul(meta(3, 4), meta(4, 5), precision=p),
+    lambda p: tgt.gemm(meta(3, 4), meta(4, 5), meta(5), beta=1.0, precision=p),
+    lambda p: tgt.matmul(meta(3, 4), meta(4, 5), out=meta(3, 5), precision=p),
+], ids=["matmul", "matmul, bad K", "gemm", "gemm_out", "tgt.matmul", "tgt.gemm", "tgt.matmul out="])
+def test_the_fakes_reject_a_bad_precision_as_tilegemm_does(call):
+    with pytest.raises(ValueError, match="^precision must be one of 'fp32', 'tf32x3', 'tf32', got 'fp16'") as fake:
+        call("fp16")
+    with pytest.raises(ValueError) as real:  # tilegemm's planning, given the same call
+        planned_result(torch.randn(2, 3), torch.randn(4, 5), precision="fp16")
+    assert str(fake.value) == str(real.value)
+
+
+def test_opcheck_with_each_precision(cpu_tilegemm):
+    r = lambda *s: torch.randn(*s, requires_grad=True)  # noqa: E731
+    for precision in PRECISIONS:
+        torch.library.opcheck(torch.ops.tilegemm.matmul.default, (r(2, 5, 7), r(7, 3), precision))
+        torch.library.opcheck(torch.ops.tilegemm.gemm.default, (r(5, 7), r(7, 3), r(3), 0.5, 2.0, precision))
+        torch.library.opcheck(torch.ops.tilegemm.gemm_out.default,
+                              (torch.randn(5, 7), torch.randn(7, 3), None, 1.0, 0.0, torch.empty(5, 3)),
+                              {"precision": precision})
+
+
+@pytest.mark.parametrize("precision", ["tf32x3", "tf32"])
+def test_the_backward_computes_at_the_forward_s_precision(cpu_tilegemm, precision):
+    a, b, c = torch.randn(4, 5, 7, requires_grad=True), torch.randn(7, 3, requires_grad=True), torch.randn(3)
+    res = tgt.gemm(a, b, c.requires_grad_(), alpha=1.5, beta=0.5, precision=precision)
+    res.square().sum().backward()
+    tgt.matmul(torch.randn(7, requires_grad=True), b, precision=precision).sum().backward()
+    assert cpu_tilegemm.precisions == [precision] * 6  # 2 forwards, 4 products of gradients
+    r = lambda *s: torch.randn(*s, dtype=torch.float64, requires_grad=True)  # noqa: E731
+    fn = lambda a, b, c: torch.ops.tilegemm.gemm(a, b, c, 1.5, 0.5, precision)  # noqa: E731
+    args = (r(2, 3, 4), r(4, 5), r(5))
+    assert torch.autograd.gradcheck(fn, args) and torch.autograd.gradgradcheck(fn, args)
+    assert set(cpu_tilegemm.precisions) == {precision}
+
+
+def test_the_direct_path_passes_precision_on(cpu_tilegemm, monkeypatch):
+    monkeypatch.setattr(torch_ops, "direct", lambda *tensors: True)
+    monkeypatch.setattr(torch_ops, "MATMUL", None)  # not called
+    a, b, c = torch.randn(5, 7), torch.randn(7, 3), torch.randn(3)
+    assert torch.allclose(tgt.matmul(a, b, precision="tf32"), a @ b, rtol=1e-5, atol=1e-5)
+    tgt.gemm(a, b, c, alpha=2.0, beta=1.0, precision="tf32")
+    tgt.matmul(a, b, out=torch.empty(5, 3), precision="tf32")
+    tgt.gemm(a, b, c, beta=1.0, out=torch.empty(5, 3), precision="tf32")
+    assert cpu_tilegemm.precisions == ["tf32"] * 4
+
+
+def test_linear_keeps_its_precision():
+    layer = tgt.Linear(16, 32, precision="tf32x3")
+    assert layer.precision == "tf32x3" and "precision='tf32x3'" in layer.extra_repr()
+    assert repr(layer) == "Linear(in_features=16, out_features=32, bias=True, precision='tf32x3')"
+    assert tgt.Linear(4, 3).precision == "fp32"
+    with pytest.raises(ValueError, match="^precision must be one of 'fp32', 'tf32x3', 'tf32', got 'bad'"):
+        tgt.Linear(4, 3, precision="bad")
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_computes_at_its_precision(cpu_tilegemm, bias):
+    ours = mlp(lambda *args, **kw: tgt.Linear(*args, **kw, precision="tf32"), bias=bias)
+    x = torch.randn(5, 16)
+    res = ours(x)
+    assert torch.allclose(res, mlp(torch.nn.Linear, bias=bias)(x), rtol=1e-5, atol=1e-6)
+    res.sum().backward()
+    assert cpu_tilegemm.precisions == ["tf32"] * 5  # 2 forwards; 3 gradient products (x needs none)
+
+
+def test_replace_linear_gives_the_layers_its_precision(cpu_tilegemm):
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3, bias=False))
+    with pytest.raises(ValueError, match="^precision must be one of"):
+        tgt.replace_linear(model, precision="fp16")
+    assert type(model[0]) is torch.nn.Linear  # nothing changed
+    assert tgt.replace_linear(model, precision="tf32x3") is model
+    assert model[0].precision == model[2].precision == "tf32x3" and "precision='tf32x3'" in repr(model)
+    model(torch.randn(4, 8)).sum().backward()
+    assert cpu_tilegemm.precisions == ["tf32x3"] * 5  # 2 forwards; 3 gradient products (x needs none)
+    assert tgt.replace_linear(torch.nn.Linear(2, 2)).precision == "fp32"
+
+
+def test_compiled_linear_keeps_its_precision(cpu_tilegemm):
+    graphs = []
+
+    def backend(gm, inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    layer = tgt.Linear(6, 5, precision="tf32x3")
+    fn = torch.compile(layer, backend=backend, fullgraph=True)
+    x = torch.randn(4, 6)
+    assert torch.allclose(fn(x), layer(x), rtol=1e-5, atol=1e-5)
+    calls = [n for n in graphs[0].graph.nodes if n.target is torch.ops.tilegemm.gemm.default]
+    assert len(calls) == 1 and "tf32x3" in list(calls[0].args) + list(calls[0].kwargs.values())
+    torch._dynamo.reset()

@@ -197,8 +197,26 @@ def probes_table(doc: dict) -> str:
             "worked cases, and every probe where the classic model misses.\n\n" + "\n".join(lines) + "\n")
 
 
+def accuracy_table(doc: dict) -> str:
+    """scripts/accuracy.py's file: the normwise relative error of each implementation per case, and
+    whether NaN and Inf come out where cuBLAS SGEMM puts them."""
+    impls = ("cublas", "fp32", "tf32x3", "tf32", "cublas-tf32")
+    names = {"cublas": "cuBLAS SGEMM", "cublas-tf32": "cuBLAS TF32"}
+    lines = ["| case | M x N x K | " + " | ".join(names.get(i, f"tilegemm {i}") for i in impls) + " |",
+             "|---|---|" + "---|" * len(impls)]
+    for r in doc["rows"]:
+        if "errors" in r:
+            lines.append(f"| {r['case']} | {r['M']}x{r['N']}x{r['K']} | "
+                         + " | ".join(_num(r["errors"].get(i), "{:.2e}") for i in impls) + " |")
+    same = [f"{r['precision']}: {'yes' if r['same'] else 'NO'}" for r in doc["rows"] if "same" in r]
+    return (f"||C - C_float64|| / ||C_float64|| on {doc['gpu']} ({doc['date']}), the same inputs for every "
+            f"implementation (seed {doc['seed']}).\n\n" + "\n".join(lines)
+            + "\n\nNaN and Inf where cuBLAS SGEMM puts them (Inf and NaN placed in the operands): "
+            + ", ".join(same) + ".\n")
+
+
 VIEWS = {"pivot": pivot_table, "study": study_table, "draw": draw_table, "suite": suite_table, "banks": banks_table,
-         "probes": probes_table}
+         "probes": probes_table, "accuracy": accuracy_table}
 
 
 def render(text: str, results_dir: Path) -> str:

@@ -118,6 +118,32 @@ def test_tensor_alpha_and_beta_get_gradients(cuda):
     assert rel(alpha.grad, ab.sum()) < TOL and rel(beta.grad, 65 * c.double().sum()) < TOL
 
 
+@pytest.mark.parametrize("precision,tol", [("tf32x3", 1e-5), ("tf32", 5e-3)])
+def test_tensor_core_precisions_forward_and_backward(cuda, precision, tol):
+    """tgt.matmul and Linear at precision=: values and gradients against float64 (the backward's
+    products at the forward's precision: tf32's error shows in the gradients too)."""
+    a, b = rand((3, 65, 33), "T", True), rand((33, 17), grad=True)
+    res = tgt.matmul(a, b, precision=precision)
+    grad = torch.randn_like(res)
+    ga, gb = torch.autograd.grad(res, (a, b), grad)
+    da, db, dg = a.detach().double(), b.detach().double(), grad.double()
+    errs = [rel(res, da @ db), rel(ga, dg @ db.mT), rel(gb, (da.mT @ dg).sum(0))]
+    assert max(errs) < tol, errs
+    if precision == "tf32":
+        assert min(errs) > 1e-5, errs  # 10-bit mantissas, forward and backward
+    with torch.no_grad():  # the direct path
+        assert rel(tgt.matmul(a, b, precision=precision), da @ db) < tol
+    model = mlp(lambda n_in, n_out, device: tgt.Linear(n_in, n_out, device=device, precision=precision))
+    assert all(m.precision == precision for m in model if isinstance(m, tgt.Linear))
+    x = torch.randn(48, 32, device="cuda")
+    out = model(x)
+    ref, ref_grads = float64_reference(model, x)
+    assert rel(out, ref) < tol
+    out.square().sum().backward()
+    for p, g in zip(model.parameters(), ref_grads):
+        assert rel(p.grad, g) < tol
+
+
 # --------------------------------------------------------------------------- paths, out=, streams
 
 

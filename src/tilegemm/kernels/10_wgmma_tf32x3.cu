@@ -145,15 +145,9 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     auto s_empty = [&](int s) { return bar0 + 8 * (RS + 2 * SS + s); };
     const int tid = threadIdx.x, wg = tid / 128;
 
-    const int grid_m = (M + BM - 1) / BM, grid_n = (N + BN - 1) / BN;
-    int bm = blockIdx.x / grid_n, bn = blockIdx.x % grid_n;
-    if (SWIZZLE > 1) {
-        const int per_group = SWIZZLE * grid_n, first = (blockIdx.x / per_group) * SWIZZLE;
-        const int rows = min(grid_m - first, SWIZZLE), in_group = blockIdx.x % per_group;
-        bm = first + in_group % rows;
-        bn = in_group / rows;
-    }
-    const int m0 = bm * BM, n0 = bn * BN, k0 = blockIdx.z * k_split;
+    int m0, n0;
+    tg_tile_origin<BM, BN>(blockIdx.x, M, N, SWIZZLE, m0, n0);
+    const int k0 = blockIdx.z * k_split;
     const int T = (min(K - k0, k_split) + BK - 1) / BK;  // k tiles from k0 (the last may run past K)
 
     if (tid == 0) {

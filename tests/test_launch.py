@@ -44,7 +44,7 @@ def test_signatures_match_the_kernels(sig):
     assert _declared(sig) == list(sig.fields)
 
 
-@pytest.mark.parametrize("name", ["BANK_PROBE", "BW_PROBE", "FP32_PEAK"])
+@pytest.mark.parametrize("name", ["BANK_PROBE", "BW_PROBE", "FP32_PEAK", "TF32_PEAK"])
 def test_probe_signatures_match_the_probe_kernels(name):
     from tilegemm.instruments import probe
 

@@ -65,6 +65,7 @@ def build(name: str, config: dict | None = None, shape=(4096, 4096, 4096), layou
         "bank_model": loop.bank_model, "issue_ceiling": issue_ceiling,
         "hopper_bank_conflicts": hopper.bank_conflicts,
         "hopper_issue_ceiling": hopper.ffma / max(1, hopper.instructions + hopper.bank_conflicts),
+        "tensor_core_mma": loop.hmma,  # HMMA (mma.sync) or HGMMA (wgmma): the tensor-core rungs' products
     }
     try:
         gpu_name, peaks = roofline.peaks_for(gpu or (props.name if props else None))
@@ -86,7 +87,7 @@ def _measure(spec, name, params, M, N, K, layout, peaks) -> dict:
     rows = bench.measure([(name, params)], M, N, K, layout)
     cub, ours = rows[0], rows[1]
     return {"tflops": ours.tflops, "cublas_tflops": cub.tflops, "ratio": ours.ratio,
-            "rel_err": ours.rel_err, "fraction_of_peak": ours.tflops / peaks["fp32_tflops"],
+            "rel_err": ours.rel_err, "fraction_of_peak": ours.tflops / roofline.compute_peak(name, peaks),
             "driver_blocks_per_sm": probe.driver_occupancy(spec, spec.compiled_params(params), layout)}
 
 
@@ -128,10 +129,14 @@ def render(report: dict, console) -> None:
               pick("STS"), str(s["mix"].get("BAR", 0)), f"{s['reuse_hits']}/{s['ffma_sources']}",
               str(s["register_bank_conflicts"]))
     console.print(t)
-    console.print(f"  issue ceiling: FFMA / (instructions + register-bank stalls) = "
-                  f"[bold]{100 * s['issue_ceiling']:.1f}%[/bold] of the FP32 peak (one warp instruction "
-                  f"per cycle per scheduler); with the \"hopper\" bank model ({s['hopper_bank_conflicts']} "
-                  f"stalls, fitted to H100 timings): [bold]{100 * s['hopper_issue_ceiling']:.1f}%[/bold]")
+    if s.get("tensor_core_mma"):
+        console.print(f"  tensor-core mma instructions in the main loop: [bold]{s['tensor_core_mma']}[/bold] "
+                      f"(the products; the FFMA columns and the issue ceiling apply to the FFMA kernels)")
+    else:
+        console.print(f"  issue ceiling: FFMA / (instructions + register-bank stalls) = "
+                      f"[bold]{100 * s['issue_ceiling']:.1f}%[/bold] of the FP32 peak (one warp instruction "
+                      f"per cycle per scheduler); with the \"hopper\" bank model ({s['hopper_bank_conflicts']} "
+                      f"stalls, fitted to H100 timings): [bold]{100 * s['hopper_issue_ceiling']:.1f}%[/bold]")
     rf = r["roofline"]
     t = Table(title=f"Roofline (Memory and data locality §4.1-4.2), peaks measured on {rf['gpu']}")
     for c in ("GFLOP", "min MB", "FLOP/B", "tile FLOP/B", "compute floor us", "DRAM floor us", "L2 floor us", "bound", "attainable TFLOPS"):

@@ -31,6 +31,7 @@ PROBE_KERNELS = Path(__file__).resolve().parent / "kernels"
 BANK_PROBE = Signature.of("bank_probe", "bank_probe.cu", "offs ptr, out ptr")
 BW_PROBE = Signature.of("bw_probe", "bw_probe.cu", "p ptr, n4 long long, reps int, out ptr")
 FP32_PEAK = Signature.of("fp32_peak", "fp32_peak.cu", "out ptr, iters int, x float, y float")
+TF32_PEAK = Signature.of("tf32_peak", "tf32_peak.cu", "out ptr, iters int")
 
 NCU_METRICS = (
     "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
@@ -52,11 +53,12 @@ def driver_occupancy(spec, params: dict, layout: str = "NN", device: int | None 
     return runtime.load(compiled, device).max_active_blocks(spec.threads(p), spec.smem(p))
 
 
-def _probe_kernel(name: str, defines: dict | None = None):
-    """A probe kernel of instruments/kernels/ compiled for and loaded on the current GPU."""
+def _probe_kernel(name: str, defines: dict | None = None, suffix: str = ""):
+    """A probe kernel of instruments/kernels/ compiled for and loaded on the current GPU (``suffix``
+    "a": its arch-specific variant, for wgmma)."""
     path = PROBE_KERNELS / f"{name}.cu"
     return runtime.load(compiler.compile_file(str(path), entry=name, defines=defines,
-                                              arch=gpu.device_properties().arch))
+                                              arch=gpu.device_properties().arch + suffix))
 
 
 # --------------------------------------------------------------------------- bank probe cases
@@ -183,6 +185,23 @@ def fp32_peak(iters: int = 8192, chains: int = 16) -> float:
     return 2.0 * chains * iters * threads * blocks / ms / 1e9
 
 
+def tf32_peak(iters: int = 4096, group: int = 4) -> float | None:
+    """TF32 tensor-core throughput in TFLOPS (wgmma m64n128k8, A in registers, B in shared memory, as
+    the tensor-core rungs run it): the median of several launches of a block per SM; None below sm_90."""
+    props = gpu.device_properties()
+    if (props.major, props.minor) != (9, 0):
+        return None
+    cupy = gpu.cupy()
+    fn = _probe_kernel("tf32_peak", {"GROUP": group}, "a")
+    threads, blocks = 256, props.sms
+    out = cupy.empty(threads * blocks, dtype=np.float32)
+    args = TF32_PEAK.values(out=out.data.ptr, iters=iters)
+    ms = _median_ms(lambda: fn.launch((blocks, 1, 1), (threads, 1, 1), TF32_PEAK.types, args), 7, skip=1)
+    if not np.isfinite(out[:8].get()).all():
+        raise RuntimeError("the TF32 peak kernel produced non-finite values")
+    return 2.0 * 64 * 128 * 8 * group * iters * (threads // 128) * blocks / ms / 1e9
+
+
 def bandwidth(nbytes: int, reps: int) -> float:
     """Read bandwidth in GB/s over a buffer of ``nbytes`` read ``reps`` times (median of 5)."""
     cupy = gpu.cupy()
@@ -203,7 +222,8 @@ def bandwidth(nbytes: int, reps: int) -> float:
 def measure_peaks() -> dict:
     return {"schema": results.SCHEMA, "kind": "peaks", "command": results.command(prog=PROG), "commit": results.commit(),
             "date": _today(), **results.environment(),
-            "fp32_tflops": fp32_peak(), "dram_gbs": bandwidth(2 << 30, 1), "l2_gbs": bandwidth(16 << 20, 64)}
+            "fp32_tflops": fp32_peak(), "tf32_tflops": tf32_peak(), "dram_gbs": bandwidth(2 << 30, 1),
+            "l2_gbs": bandwidth(16 << 20, 64)}
 
 
 # --------------------------------------------------------------------------- predicted vs measured

@@ -68,6 +68,8 @@ def run(args) -> int:
     a = rng.standard_normal((256, 256), dtype=np.float32)
     b = rng.standard_normal((256, 256), dtype=np.float32)
     a[3, 5], b[7, 2], a[9, :], a[9, 11], a[20, 30], b[30, :] = np.inf, np.nan, 0, -np.inf, np.inf, 1
+    a.view(np.uint32)[40, 7] = 0x7FFFFFFF  # the NaN the GPU makes (all-ones mantissa)
+    b[50, 60] = (cp.zeros(1, np.float32) / cp.zeros(1, np.float32))[0]  # 0 / 0 computed on the GPU
     ref = cp.matmul(a, b)
     for prec in PRECISIONS:
         got = matmul(a, b, precision=prec)

@@ -43,7 +43,7 @@ def test_every_rung_compiles_without_local_memory(name, arch, layout):
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("layout", registry.LAYOUTS)
-@pytest.mark.parametrize("mma, tile, bk", [(3, (128, 128), 16), (3, (64, 64), 8), (1, (128, 128), 16),
+@pytest.mark.parametrize("mma, tile, bk", [(3, (128, 128), 8), (3, (64, 64), 8), (1, (128, 128), 16),
                                            (1, (64, 128), 16)])
 def test_tensor_core_family_configs_compile_without_spills(mma, tile, bk, layout, arch):
     """The family's mma configs: TF32 mma.sync in the K loop (three per product tile for TF32x3, one

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import api, gpu, registry, selection, timing
+from .errors import UnsupportedOperands
 
 TOLERANCE = timing.TOLERANCE
 # the check's bound on the relative error, per precision: TF32 keeps 10 of FP32's 23 mantissa bits
@@ -38,9 +39,13 @@ class Row:
 def _torch_mm(tf32: bool = False):
     import torch
 
-    def run(a, b, out):  # strict FP32 (cuBLAS SGEMM), or cuBLAS in TF32 (torch's allow_tf32)
+    def run(a, b, out):  # strict FP32 (cuBLAS SGEMM), or cuBLAS in TF32 (torch's allow_tf32), restored after
+        before = torch.backends.cuda.matmul.allow_tf32
         torch.backends.cuda.matmul.allow_tf32 = tf32
-        torch.matmul(torch.from_dlpack(a), torch.from_dlpack(b), out=torch.from_dlpack(out))
+        try:
+            torch.matmul(torch.from_dlpack(a), torch.from_dlpack(b), out=torch.from_dlpack(out))
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = before
 
     return run
 
@@ -61,6 +66,15 @@ def _triton_mm():
 
 REFERENCES = {"torch": _torch_mm, "triton": _triton_mm, "cublas-tf32": lambda: _torch_mm(tf32=True)}
 REFERENCE_PRECISION = {"cublas-tf32": "tf32"}
+
+
+def static_config(kernel: str, precision: str) -> tuple:
+    """(spec, params) shown for a bench entry with no GPU: the rung's defaults, or the family's
+    config at that precision (the tensor cores: the mma.sync family's wide tile)."""
+    spec = registry.get(kernel)
+    if spec is registry.FAMILY and precision != "fp32":
+        return spec, spec.params({**selection.MMA_WIDE, "mma": registry.PRECISIONS[precision]})
+    return spec, spec.params()
 
 
 def kernel_name(name: str) -> tuple[str, str]:
@@ -107,8 +121,8 @@ def measure(kernels, M, N, K, layout="NN", progress=None, batch=1, refs=(), case
             props = gpu.device_properties(dev)
             if prec == "fp32":
                 cfg, src = selection.select(dev, layout, M, N, K, batch)
-            elif (props.major, props.minor) == (9, 0) and batch == 1:  # dispatch's Hopper path: rung 10's kernel
-                cfg, src = {"splits": selection.wgmma_splits(M, N, K, props.sms)}, "wgmma"
+            elif selection.hopper_tensor_cores(props) and batch == 1:  # dispatch's Hopper path: rung 10's kernel
+                cfg, src = {"splits": selection.wgmma_split(M, N, K, props.sms)[0]}, "wgmma"
             else:
                 cfg, src = selection.select_mma(dev, prec, layout, M, N, K, batch), "heuristic"
             entries.append(("tilegemm" if prec == "fp32" else f"tilegemm-{prec}",
@@ -123,7 +137,7 @@ def measure(kernels, M, N, K, layout="NN", progress=None, batch=1, refs=(), case
     for j, e in enumerate(entries):
         try:
             errs.append(timing.check(e[1], M, N, K, layout, batch))
-        except ValueError as exc:  # a kernel that cannot take these operands (its error says why)
+        except UnsupportedOperands as exc:  # a kernel that cannot take these operands (its error says why)
             errs.append(float("nan"))
             refused[j] = str(exc)
     timed = [j for j, err in enumerate(errs) if err < TOLERANCES[entries[j][4]]]

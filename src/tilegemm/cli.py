@@ -1,9 +1,8 @@
 """The ``tilegemm`` command line (also ``python -m tilegemm``).
 
 Every argument is checked before any work starts; errors are one line on stderr (parsing.py's
-``ArgParser`` and ``run_command``): status 2 for bad input, 1 for a failure during the work.  No
-tracebacks (TILEGEMM_DEBUG=1 shows them).
-"""
+``ArgParser`` and ``run_command``): status 2 for bad input, 1 for a failure during the work; no
+tracebacks (TILEGEMM_DEBUG=1 shows them)."""
 
 from __future__ import annotations
 
@@ -16,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from . import __version__, api, compiler, gpu, registry, results
+from .errors import ConfigError
 from .parsing import SHAPE_HELP, ArgParser, argtype, format_shape, parse_args, parse_config, parse_shape, run_command
 
 DEFAULT_SIZES = ["1024", "2048", "4096", "4095"]
@@ -52,8 +52,7 @@ def _report_failures(rows, tolerances) -> int:
     return 1 if failed else 0
 
 
-def _cases(shapes, layouts) -> list[tuple]:
-    """(M, N, K, layout, batch) for each parsed shape and layout."""
+def _cases(shapes, layouts) -> list[tuple]:  # (M, N, K, layout, batch) for each parsed shape and layout
     return [(M, N, K, lay, batch) for (M, N, K, batch) in shapes for lay in layouts]
 
 
@@ -63,9 +62,8 @@ def _kernel_names(names) -> list[str]:
 
 
 def _writable_out(args) -> None:
+    from .folders import writable
     if not args.no_write:
-        from .folders import writable
-
         writable(args.out, "pass --out with a writable folder (or --no-write)")
 
 
@@ -76,12 +74,14 @@ def _static_table(names, arch: str) -> Table:
     limits = Limits.for_arch(arch)
     table = Table(title=f"Kernels compiled for {arch} (NVRTC; no GPU needed)")
     _add_columns(table, ("kernel", "regs", "smem B", "spills B", "occupancy/SM", "what changed"))
-    from .bench import kernel_name
+    from .bench import kernel_name, static_config
     for name in names:
-        kernel, precision = kernel_name(name)
-        spec = registry.get(kernel)
-        params = spec.params({"mma": registry.PRECISIONS[precision]} if spec is registry.FAMILY else None)
-        r = spec.compile(params, arch=arch).resources
+        spec, params = static_config(*kernel_name(name))
+        try:
+            r = spec.compile(params, arch=arch).resources
+        except ConfigError as exc:  # a kernel this arch cannot run (rung 10 needs sm_90a)
+            table.add_row(name, "-", "-", "-", str(exc), spec.summary)
+            continue
         occ = occupancy(spec.threads(params), r.registers, r.shared_bytes + spec.smem(params), limits)
         table.add_row(name, str(r.registers), str(r.shared_bytes + spec.smem(params)), str(r.spills),
                       f"{occ.blocks} x {spec.threads(params)} thr ({100 * occ.fraction(limits):.0f}%, {occ.limiter})",

@@ -14,6 +14,7 @@ import numpy as np
 
 from . import gpu, registry, selection
 from .arrays import UNKNOWN, Operand, describe
+from .errors import UnsupportedOperands
 from .launch import GEMM, REDUCE, RUNG, WGMMA, A, B, C, D, W, Program, Step, launcher, reducer, wgmma_launcher
 from .plan import GRID_Z, Plan, plan, vector_width
 
@@ -208,7 +209,7 @@ def _tma_step(p, g, fn, grid, at, offs, vec, splits=1, k_split=None, out=D, ldd=
 
     tma = fn.params["tg_tma"]
     if tma and vec != 4:
-        raise ValueError(f"kernel={p.kernel!r} copies its operands with TMA, which needs them 16-byte aligned "
+        raise UnsupportedOperands(f"kernel={p.kernel!r} copies its operands with TMA, which needs them 16-byte aligned "
                          f"with leading dimensions (and batch strides) a multiple of 4 floats; pass such "
                          f"arrays (e.g. contiguous ones with a column count a multiple of 4) or another kernel")
     sa, sb, sc, sd = g.strides
@@ -233,8 +234,7 @@ def _on_hopper_tensor_cores(p, g, device) -> bool:
     launch, no config named (a config names the mma.sync family)."""
     if p.precision == "fp32" or p.config or g.count != 1:
         return False
-    props = gpu.device_properties(device)
-    return (props.major, props.minor) == (9, 0)
+    return selection.hopper_tensor_cores(gpu.device_properties(device))
 
 
 def _wgmma_family(p, g, device, at, offs, beta) -> tuple[list[Step], int, dict]:
@@ -243,10 +243,7 @@ def _wgmma_family(p, g, device, at, offs, beta) -> tuple[list[Step], int, dict]:
     steps, the workspace (floats) and the config run."""
     tma = vector_width((at[A], g.lda), (at[B], g.ldb)) == 4  # else the producer copies the tiles itself
     fn = wgmma_launcher(g.layout, device, registry.PRECISIONS[p.precision], tma)
-    bk = fn.params["bk"]
-    splits = selection.wgmma_splits(g.M, g.N, g.K, gpu.device_properties(device).sms, bk)
-    k_split = -(-(-(-g.K // splits)) // bk) * bk
-    splits = -(-g.K // k_split)
+    splits, k_split = selection.wgmma_split(g.M, g.N, g.K, gpu.device_properties(device).sms)
     grid = fn.spec.grid(g.M, g.N, fn.params)
     if splits == 1:
         return [_tma_step(p, g, fn, grid, at, offs, 4, alpha=p.alpha, beta=beta)], 0, {**fn.params, "splits": 1}

@@ -27,5 +27,10 @@ class NoGPUError(TilegemmError, RuntimeError):
     """No usable CUDA GPU (no device, no driver, or CuPy cannot reach it)."""
 
 
+class UnsupportedOperands(TilegemmError, ValueError):
+    """A kernel named by the call cannot read these operands (e.g. TMA's 16-byte rows): the bench
+    records such a case as refused, not as a failure."""
+
+
 class ConfigError(TilegemmError, ValueError):
     """A kernel configuration breaks one of its declared constraints."""

@@ -327,11 +327,26 @@ def select_mma(device: int, precision: str, layout: str, M: int, N: int, K: int,
     return mma_heuristic(M, N, K, count, mma, props.sms, wide_ok)
 
 
-def wgmma_splits(M: int, N: int, K: int, sms: int = 132, bk: int = 32) -> int:
-    """Split-K for the Hopper tensor-core path (one 128 x 128 block per SM): the count of splits, each
-    >= 512 long, that minimises waves / splits (the time of a block's share of K times the waves it
-    takes), the fewest where several tie."""
-    tiles = -(-M // 128) * -(-N // 128)
+def hopper_tensor_cores(props) -> bool:
+    """Whether tensor-core calls on this GPU run rung 10's kernel (wgmma and TMA need sm_90a)."""
+    return f"sm_{props.major}{props.minor}a" in registry.WGMMA_FAMILY.archs
+
+
+def wgmma_split(M: int, N: int, K: int, sms: int = 132) -> tuple[int, int]:
+    """(splits, k_split) of the Hopper tensor-core path: wgmma_splits' count, each split's k range
+    rounded up to whole k tiles (so only the last split reads past K), and the count again from it."""
+    bk = registry.WGMMA_FAMILY.defaults["bk"]
+    splits = wgmma_splits(M, N, K, sms)
+    k_split = -(-(-(-K // splits)) // bk) * bk
+    return -(-K // k_split), k_split
+
+
+def wgmma_splits(M: int, N: int, K: int, sms: int = 132) -> int:
+    """Split-K for the Hopper tensor-core path (one block of its tile per SM): the count of splits,
+    each >= 512 long, that minimises waves / splits (the time of a block's share of K times the waves
+    it takes), the fewest where several tie."""
+    bm, bn = registry.WGMMA_FAMILY.tile(registry.WGMMA_FAMILY.defaults)
+    tiles = -(-M // bm) * -(-N // bn)
     best, best_cost = 1, float(-(-tiles // sms))
     for s in range(2, 129):
         if K // s < 512:

@@ -121,6 +121,8 @@ def test_nan_and_inf_propagate_as_in_sgemm(cp, precision):
     a = rng.standard_normal((256, 256), dtype=np.float32)
     b = rng.standard_normal((256, 256), dtype=np.float32)
     a[3, 5], b[7, 2], a[9, :], a[9, 11], a[20, 30], b[30, :] = np.inf, np.nan, 0, -np.inf, np.inf, 1
+    a.view(np.uint32)[40, 7] = 0x7FFFFFFF  # the NaN the GPU makes (all-ones mantissa)
+    b[50, 60] = (cp.zeros(1, np.float32) / cp.zeros(1, np.float32))[0]  # 0 / 0 computed on the GPU
     ref, got = cp.matmul(a, b), tilegemm.matmul(a, b, precision=precision)
     for f in (cp.isnan, cp.isposinf, cp.isneginf):
         assert cp.array_equal(f(got), f(ref)), f.__name__

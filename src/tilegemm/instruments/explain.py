@@ -87,7 +87,7 @@ def _measure(spec, name, params, M, N, K, layout, peaks) -> dict:
     rows = bench.measure([(name, params)], M, N, K, layout)
     cub, ours = rows[0], rows[1]
     return {"tflops": ours.tflops, "cublas_tflops": cub.tflops, "ratio": ours.ratio,
-            "rel_err": ours.rel_err, "fraction_of_peak": ours.tflops / roofline.compute_peak(name, peaks),
+            "rel_err": ours.rel_err, "fraction_of_peak": ours.tflops / roofline.compute_peak(name, peaks, params),
             "driver_blocks_per_sm": probe.driver_occupancy(spec, spec.compiled_params(params), layout)}
 
 

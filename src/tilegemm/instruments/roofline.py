@@ -63,12 +63,14 @@ class Roofline:
         return asdict(self)
 
 
-def compute_peak(name: str, peaks: dict) -> float:
+def compute_peak(name: str, peaks: dict, params: dict | None = None) -> float:
     """The arithmetic peak a kernel's products run against (TFLOPS of FP32 products): the FFMA peak,
-    or for a tensor-core rung the measured TF32 peak over its passes (three for tf32x3) where that
-    peak was measured, else the FFMA peak."""
-
-    passes = registry.PRECISIONS.get(registry.get(name).precision, 0) if name != "gemm" else 0
+    or for a tensor-core kernel (a tf32x3 rung, the family with mma = 1 or 3) the measured TF32 peak
+    over its passes where that peak was measured, else the FFMA peak."""
+    if name == registry.FAMILY.name:
+        passes = (params or {}).get("mma", 0)
+    else:
+        passes = registry.PRECISIONS.get(registry.get(name).precision, 0)
     if passes and peaks.get("tf32_tflops"):
         return peaks["tf32_tflops"] / passes
     return peaks["fp32_tflops"]
@@ -81,7 +83,7 @@ def roofline(M: int, N: int, K: int, peaks: dict, name: str = "gemm", params: di
     ti = tile_intensity(name, params)
     tile_bytes = flops / ti + 4.0 * M * N * batch
     floors = {
-        "compute": flops / (compute_peak(name, peaks) * 1e12),
+        "compute": flops / (compute_peak(name, peaks, params) * 1e12),
         "DRAM": min_bytes / (peaks["dram_gbs"] * 1e9),
         "L2": tile_bytes / (peaks["l2_gbs"] * 1e9),
     }

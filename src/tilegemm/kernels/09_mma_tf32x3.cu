@@ -12,7 +12,8 @@
 // - Work is divided by warps, not threads: 8 warps in 2 x 4, each a 64 x 32 tile of C (16 mma
 //   tiles), on a 128 x 128 block tile.  A lane still ends with an 8 x 8 tile of C in registers
 //   (plus 8 x 8 small-product sums), in whole float4 runs, so the epilogue is rung 8's.
-// - BK = 16 by default (two mma k steps per shared tile; -D BK=8 or 32 also build).
+// - BK = 8 by default (one mma k step per shared tile; the big products handed to FP32 every 8 k;
+//   -D BK=16 also builds).
 // Kept from rung 8: the cp.async pipeline (-D STAGES=3) and its shared layout As[k][m], Bs[k][n],
 // rows padded by 4 words; the block swizzle.
 // Edges: any M, N, K >= 1 (zero-filled first tile, clamped m/n, checked stores), as in rung 8.
@@ -25,7 +26,7 @@
 #define NT 256
 #define WN 4  // warps along N (2 along M)
 #ifndef BK
-#define BK 16
+#define BK 8
 #endif
 #ifndef STAGES
 #define STAGES 3

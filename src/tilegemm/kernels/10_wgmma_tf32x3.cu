@@ -82,7 +82,7 @@ __device__ __forceinline__ void split_b(const float *raw, unsigned big, unsigned
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             b[e] = tg_tf32(x[e]);
-            s[e] = tg_tf32(x[e] - __uint_as_float(b[e]));
+            s[e] = tg_tf32_small(x[e] - __uint_as_float(b[e]));
         }
         const unsigned off = (n / 8) * SBO + kc * LBO + (n % 8) * 16;
         asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(big + off), "r"(b[0]), "r"(b[1]), "r"(b[2]),
@@ -221,7 +221,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
             for (int e = 0; e < 4; ++e) {
                 const float x = a_at(ra, r0 + 8 * (e % 2), 8 * j + t + 4 * (e / 2));
                 ab[j % 2][e] = tg_tf32(x);
-                as[j % 2][e] = tg_tf32(x - __uint_as_float(ab[j % 2][e]));
+                as[j % 2][e] = tg_tf32_small(x - __uint_as_float(ab[j % 2][e]));
             }
             tg_wgmma_fence();
             const unsigned k = j * 2 * LBO;

@@ -32,17 +32,16 @@
 static_assert(TG_MMA_PASSES == 1 || TG_MMA_PASSES == 3, "TG_MMA_PASSES is 1 (TF32) or 3 (TF32x3)");
 
 // The TF32 value nearest to x, ties away from zero, as the bits mma reads (what cvt.rna.tf32.f32
-// computes; ptxas expands that to five instructions with an Inf/NaN test, this is two).  Inf stays
-// Inf; |x| within half a TF32 step of FLT_MAX rounds to Inf (docs/accuracy.md).  A NaN may not stay
-// NaN: the carry can run out of its all-ones mantissa into the sign (0x7fffffff, the NaN the GPU
-// makes, becomes -0), so the small half carries it (tg_tf32_small).
-__device__ __forceinline__ unsigned tg_tf32(float x) { return (__float_as_uint(x) + 0x1000u) & 0xffffe000u; }
-// the small half d = x - big: NaN where x is NaN, kept NaN here (the canonical one), so the small
-// sums and through tg_mma_sum the result are NaN wherever an operand was (a NaN whose big half
-// rounded to Inf aside: docs/accuracy.md)
-__device__ __forceinline__ unsigned tg_tf32_small(float d) {
-    return d == d ? (__float_as_uint(d) + 0x1000u) & 0xffffe000u : 0x7fffe000u;
+// computes; ptxas expands that to five instructions, this is four).  A NaN becomes the canonical
+// NaN: the rounding's carry would run out of a NaN's all-ones mantissa into its sign (0x7fffffff,
+// the NaN the GPU makes, would become -0), and the NaN must reach the big sums (an Inf there would
+// otherwise hide it).  Inf stays Inf; |x| within half a TF32 step of FLT_MAX rounds to Inf
+// (docs/accuracy.md).
+__device__ __forceinline__ unsigned tg_tf32(float x) {
+    return x == x ? (__float_as_uint(x) + 0x1000u) & 0xffffe000u : 0x7fffe000u;
 }
+// the small half d = x - big: where x is NaN, big already carries it, so no NaN test here
+__device__ __forceinline__ unsigned tg_tf32_small(float d) { return (__float_as_uint(d) + 0x1000u) & 0xffffe000u; }
 
 // c += a b for one m16n8k8 tile (a: 4 registers, b: 2, c: 4; PTX fragment order)
 __device__ __forceinline__ void tg_mma_16x8x8(float *c, const unsigned *a, const unsigned *b) {

@@ -24,7 +24,7 @@ def _shape(r) -> str:
 
 def _cell(r) -> str:
     if r.get("tflops") is None:
-        return "failed"
+        return "refused" if r.get("refused") else "failed"
     if r["kernel"] == "cublas":
         return f"{r['tflops']:.1f}"
     return f"{r['tflops']:.1f} ({100 * r['ratio']:.0f}%)"

@@ -41,29 +41,22 @@ def test_tf32_property_against_float64(cp, case, config):
     check_case(cp, case, MMA_CONFIGS[config], "tf32", TOL["tf32"])
 
 
+# rung 9 takes any shape; rung 10 reads with TMA, so its shapes keep every leading dimension a
+# multiple of 4 in every layout
+RUNG_SHAPES = [("09_mma_tf32x3", s) for s in ((1, 1, 1), (129, 65, 33), (1000, 900, 700), (300, 257, 4099))]
+RUNG_SHAPES += [("10_wgmma_tf32x3", s) for s in ((4, 4, 4), (132, 68, 36), (1000, 900, 700), (300, 256, 4100))]
+
+
 @pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
-@pytest.mark.parametrize("shape", [(1, 1, 1), (129, 65, 33), (1000, 900, 700), (300, 257, 4099)])
-def test_rung9_against_float64(cp, layout, shape):
+@pytest.mark.parametrize("kernel, shape", RUNG_SHAPES)
+def test_tensor_core_rungs_against_float64(cp, kernel, shape, layout):
     M, N, K = shape
     rng = cp.random.default_rng()
     a = rng.standard_normal((K, M) if layout[0] == "T" else (M, K), dtype=np.float32)
     b = rng.standard_normal((N, K) if layout[1] == "T" else (K, N), dtype=np.float32)
     a, b = (a.T if layout[0] == "T" else a), (b.T if layout[1] == "T" else b)
     out = cp.full((M, N), np.nan, np.float32)
-    tilegemm.matmul(a, b, out=out, kernel="09_mma_tf32x3", precision="tf32x3")
-    assert rel_err(cp, out, a, b) < 1e-5
-
-
-@pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
-@pytest.mark.parametrize("shape", [(4, 4, 4), (132, 68, 36), (1000, 900, 700), (300, 256, 4100)])
-def test_rung10_against_float64(cp, layout, shape):
-    M, N, K = shape  # leading dimensions a multiple of 4 in every layout: what TMA reads
-    rng = cp.random.default_rng()
-    a = rng.standard_normal((K, M) if layout[0] == "T" else (M, K), dtype=np.float32)
-    b = rng.standard_normal((N, K) if layout[1] == "T" else (K, N), dtype=np.float32)
-    a, b = (a.T if layout[0] == "T" else a), (b.T if layout[1] == "T" else b)
-    out = cp.full((M, N), np.nan, np.float32)
-    tilegemm.matmul(a, b, out=out, kernel="10_wgmma_tf32x3", precision="tf32x3")
+    tilegemm.matmul(a, b, out=out, kernel=kernel, precision="tf32x3")
     assert rel_err(cp, out, a, b) < 1e-5
 
 

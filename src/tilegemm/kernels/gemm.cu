@@ -313,16 +313,7 @@ __device__ __forceinline__ void k_loop_mma(float (*acc)[TN], float *smem, const 
 
 // block tile number r of a product -> (m0, n0): SWIZZLE block rows at a time (rung 8)
 __device__ __forceinline__ void tile_origin(int r, int M, int N, int &m0, int &n0) {
-    const int grid_m = (M + BM - 1) / BM, grid_n = (N + BN - 1) / BN;
-    int bm = r / grid_n, bn = r % grid_n;
-    if (SWIZZLE > 1) {
-        const int per_group = SWIZZLE * grid_n, first = (r / per_group) * SWIZZLE;
-        const int rows = min(grid_m - first, SWIZZLE), in_group = r % per_group;
-        bm = first + in_group % rows;
-        bn = in_group / rows;
-    }
-    m0 = bm * BM;
-    n0 = bn * BN;
+    tg_tile_origin<BM, BN>(r, M, N, SWIZZLE, m0, n0);
 }
 
 // acc = the product of the tile at (m0, n0) over the K columns of A (rows of B) that A and B start at

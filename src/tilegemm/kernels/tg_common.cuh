@@ -1,4 +1,4 @@
-// tg_common.cuh - the only helper shared by every rung: operand layouts and the entry signature.
+// tg_common.cuh - what every rung shares: operand layouts, the entry signature, the block swizzle.
 //
 // Every kernel computes C = A * B with A: M x K, B: K x N, C: M x N row-major (ldc >= N).
 // Layouts come in as defines (0 = row-major as stored, 1 = a transposed view, i.e. column-major):
@@ -26,3 +26,19 @@ __device__ __forceinline__ tg_idx tg_b_off(tg_idx k, tg_idx n, tg_idx ldb) {
 #define TG_GEMM_PARAMS                                                             \
     int M, int N, int K, const float *__restrict__ A, long long lda,               \
         const float *__restrict__ B, long long ldb, float *__restrict__ C, long long ldc
+
+// Block b of a 1-D grid of BM_ x BN_ tiles -> the tile's first row and column, swizzle block rows at
+// a time (rung 8's block swizzle: the blocks resident together share A rows and B columns in L2)
+template <int BM_, int BN_>
+__device__ __forceinline__ void tg_tile_origin(int b, int M, int N, int swizzle, int &m0, int &n0) {
+    const int grid_m = (M + BM_ - 1) / BM_, grid_n = (N + BN_ - 1) / BN_;
+    int bm = b / grid_n, bn = b % grid_n;
+    if (swizzle > 1) {
+        const int per_group = swizzle * grid_n, first = (b / per_group) * swizzle;
+        const int rows = min(grid_m - first, swizzle), in_group = b % per_group;
+        bm = first + in_group % rows;
+        bn = in_group / rows;
+    }
+    m0 = bm * BM_;
+    n0 = bn * BN_;
+}

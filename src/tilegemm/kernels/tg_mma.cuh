@@ -136,22 +136,6 @@ __device__ __forceinline__ void tg_mma_tile(float (*acc)[8], float (*big)[8], fl
 // operand makes its small part Inf - Inf = NaN, which must not turn SGEMM's Inf into NaN)
 __device__ __forceinline__ float tg_mma_sum(float big, float small) { return fabsf(big) < __int_as_float(0x7f800000) ? big + small : big; }
 
-// Block b of a 1-D grid of BM_ x BN_ tiles -> the tile's first row and column, swizzle block rows at
-// a time (rung 8's block swizzle: the blocks resident together share A rows and B columns in L2)
-template <int BM_, int BN_>
-__device__ __forceinline__ void tg_tile_origin(int b, int M, int N, int swizzle, int &m0, int &n0) {
-    const int grid_m = (M + BM_ - 1) / BM_, grid_n = (N + BN_ - 1) / BN_;
-    int bm = b / grid_n, bn = b % grid_n;
-    if (swizzle > 1) {
-        const int per_group = swizzle * grid_n, first = (b / per_group) * swizzle;
-        const int rows = min(grid_m - first, swizzle), in_group = b % per_group;
-        bm = first + in_group % rows;
-        bn = in_group / rows;
-    }
-    m0 = bm * BM_;
-    n0 = bn * BN_;
-}
-
 // where a lane's fragments start in a tile's shared rows, and its C tile in the block tile: warp w of
 // a block of WN warps along N covers rows (w / WN) * 64 and columns (w % WN) * 32
 template <int WN>

@@ -154,17 +154,18 @@ _register(KernelSpec(
     name="09_mma_tf32x3", file="09_mma_tf32x3.cu",
     summary="mma.sync m16n8k8 TF32 on the tensor cores, operands split big + small: FP32 accuracy",
     source="3xTF32 (Ootomo & Yokota; CUTLASS), docs/perf-notes.md",
-    # bk 8: at 16 the NaN-keeping rounding of the small halves made ptxas spill (sm_80, NT)
+    # bk 8: at 16 ptxas spills (sm_80 and sm_90, NN, NT and TT; 57.8 TFLOPS at 4096^3 that way, but
+    # 46.2 at 4095^3 against 51.0 at bk 8: docs/perf-notes.md)
     defaults={"bk": 8, "stages": 3, "swizzle": 8},
-    block=lambda p: (256, 1, 1), tile=lambda p: (128, 128), vec=True, linear_grid=True,
-    smem=lambda p: p["stages"] * p["bk"] * (132 + 132) * 4,
+    block=lambda p: (128, 1, 1), tile=lambda p: (64, 128), vec=True, linear_grid=True,
+    smem=lambda p: p["stages"] * p["bk"] * 200 * 4,  # [A 64 + 4 | B 128 + 4] floats a k row
     precision="tf32x3", extra={"TG_MMA_PASSES": 3},
     constraints=(
         _c("bk is 8, 16 or 32 (whole mma k steps)", lambda p, lim: p["bk"] in (8, 16, 32)),
         _c("stages is 2, 3 or 4", lambda p, lim: p["stages"] in (2, 3, 4)),
         _c("swizzle >= 0", lambda p, lim: p["swizzle"] >= 0),
-        _c("stages * bk * 264 * 4 bytes <= shared memory per block",
-           lambda p, lim: p["stages"] * p["bk"] * 264 * 4 <= lim.smem_per_block_optin),
+        _c("stages * bk * 200 * 4 bytes <= shared memory per block",
+           lambda p, lim: p["stages"] * p["bk"] * 200 * 4 <= lim.smem_per_block_optin),
     ),
 ))
 

@@ -9,22 +9,24 @@
 //   three products are summed: big*big, and apart from it big*small + small*big, added at the end
 //   (-D TG_MMA_PASSES=1 keeps big*big alone: plain TF32).  tg_mma.cuh has the split, the fragment
 //   layout and why its LDS.128 reads are conflict-free.
-// - Work is divided by warps, not threads: 8 warps in 2 x 4, each a 64 x 32 tile of C (16 mma
-//   tiles), on a 128 x 128 block tile.  A lane still ends with an 8 x 8 tile of C in registers
-//   (plus 8 x 8 small-product sums), in whole float4 runs, so the epilogue is rung 8's.
+// - Work is divided by warps, not threads: 4 warps side by side, each a 64 x 32 tile of C (16 mma
+//   tiles), on a 64 x 128 block tile, two blocks an SM (their 64 x 128 tiles beat one 128 x 128
+//   block of 8 warps: 54.8 against 50.5 TFLOPS at 4096^3, the second block's warps hiding the mma
+//   latency; docs/perf-notes.md).  A lane still ends with an 8 x 8 tile of C in registers (plus
+//   8 x 8 small-product sums), in whole float4 runs, so the epilogue is rung 8's.
 // - BK = 8 by default (one mma k step per shared tile; the big products handed to FP32 every 8 k;
 //   -D BK=16 also builds).
 // Kept from rung 8: the cp.async pipeline (-D STAGES=3) and its shared layout As[k][m], Bs[k][n],
-// rows padded by 4 words; the block swizzle.
+// rows padded by 4 words; the block swizzle (tg_tile_origin).
 // Edges: any M, N, K >= 1 (zero-filled first tile, clamped m/n, checked stores), as in rung 8.
 #include "tg_tiles.cuh"  // tg_store4
 #include "tg_async.cuh"
 #include "tg_mma.cuh"
 
-#define BM 128
+#define BM 64
 #define BN 128
-#define NT 256
-#define WN 4  // warps along N (2 along M)
+#define NT 128
+#define WN 4  // warps along N (1 along M)
 #ifndef BK
 #define BK 8
 #endif
@@ -40,20 +42,13 @@ static_assert(BK % 8 == 0, "BK is a multiple of 8 (the mma's k)");
 static_assert(STAGES >= 2 && STAGES <= 4, "STAGES is 2, 3 or 4");
 static_assert(NT / 32 == (BM / 64) * (BN / 32) && BN / 32 == WN, "warps of 64 x 32 tile the block");
 
-extern "C" __global__ void __launch_bounds__(NT, 1) tilegemm_kernel(TG_GEMM_PARAMS) {
+extern "C" __global__ void __launch_bounds__(NT, 2) tilegemm_kernel(TG_GEMM_PARAMS) {
     extern __shared__ __align__(16) float smem[];
     constexpr int SA = BK * LDA_S, SS = SA + BK * LDB_S;  // floats: A tile, whole stage [A | B]
     const unsigned s0 = tg_smem(smem);
     const int tid = threadIdx.x;
-    const int grid_m = (M + BM - 1) / BM, grid_n = (N + BN - 1) / BN;
-    int bm = blockIdx.x / grid_n, bn = blockIdx.x % grid_n;
-    if (SWIZZLE > 1) {
-        const int per_group = SWIZZLE * grid_n, first = (blockIdx.x / per_group) * SWIZZLE;
-        const int rows = min(grid_m - first, SWIZZLE), in_group = blockIdx.x % per_group;
-        bm = first + in_group % rows;
-        bn = in_group / rows;
-    }
-    const int m0 = bm * BM, n0 = bn * BN;
+    int m0, n0;
+    tg_tile_origin<BM, BN>(blockIdx.x, M, N, SWIZZLE, m0, n0);
     float acc[8][8], big[8][8], lo[8][8];  // all of K; a k tile's big products; the small ones
 #pragma unroll
     for (int q = 0; q < 8; ++q)

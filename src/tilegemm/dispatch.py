@@ -40,12 +40,18 @@ def stream_for(kind: str, device: int):
 
 
 def _torch_stream(device: int) -> int:
-    """The handle of torch's current stream on ``device`` (its raw query where torch has one: a
-    per-call cost, ``torch.cuda.current_stream`` builds a Stream object)."""
-    import torch
+    """The handle of torch's current stream on ``device`` (its raw query where torch has one:
+    ``torch.cuda.current_stream`` builds a Stream object per call)."""
+    global _raw_stream
+    if _raw_stream is None:
+        import torch
 
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    return int(raw(device)) if raw is not None else int(torch.cuda.current_stream(device).cuda_stream)
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        _raw_stream = raw if raw is not None else (lambda d: torch.cuda.current_stream(d).cuda_stream)
+    return int(_raw_stream(device))
+
+
+_raw_stream = None  # torch's current-stream query, found on first use (torch stays optional)
 
 
 def stream_kind(p: Plan) -> str:

@@ -38,17 +38,29 @@ class Entry:
 
 
 def _meta(x):
-    """(metadata key, pointer) of a CuPy array or a torch CUDA tensor; None for anything else."""
+    """(metadata key, pointer) of a CuPy array or a torch CUDA tensor; None for anything else.  (A
+    CPU tensor's device is -1, a key no remembered call has.)"""
     mod = type(x).__module__
+    if mod.startswith("torch"):
+        return ("torch", x.shape, x.stride(), x.dtype, x.get_device()), x.data_ptr()
     if mod.startswith("cupy"):
         mem = x.data
         return ("cupy", x.shape, x.strides, x.dtype.char, mem.device_id), mem.ptr
-    if mod.startswith("torch") and x.is_cuda:
-        return ("torch", x.shape, x.stride(), x.dtype, x.get_device()), x.data_ptr()
     return None
 
 
 _NO_OUT = ((None,), 0)
+
+
+def _device() -> int:
+    """The current CUDA device (CuPy's runtime query, looked up once)."""
+    global _get_device
+    if _get_device is None:
+        _get_device = gpu.cupy().cuda.runtime.getDevice
+    return _get_device()
+
+
+_get_device = None
 
 
 def _key(ma, mb, mo, kernel, config, pdl, precision) -> tuple:
@@ -69,7 +81,7 @@ def call(a, b, out, kernel, config, pdl, precision="fp32"):
         e = _memo.get(_key(ma, mb, mo, kernel, config or (), pdl, precision))
     except TypeError:  # unhashable: the full path reports it
         return MISS
-    if e is None or gpu.cupy().cuda.runtime.getDevice() != e.device:
+    if e is None or _device() != e.device:
         return MISS
     if e.generation is not None and e.generation != selection.generation():
         return MISS  # the tuning cache changed since its config was chosen

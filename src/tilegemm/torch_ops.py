@@ -22,7 +22,7 @@ try:
 except ImportError:  # torch is an optional dependency of tilegemm
     raise ImportError("tilegemm.torch needs PyTorch; install it first (pip install torch)") from None
 
-from . import api, registry
+from . import api, fastpath, registry
 from .arrays import classify
 
 NAMESPACE = "tilegemm"
@@ -266,6 +266,7 @@ GEMM_OUT = torch.ops.tilegemm.gemm_out.default
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+_FAMILY = registry.FAMILY.name
 
 
 def direct(*tensors) -> bool:
@@ -295,6 +296,13 @@ def gemm(a, b, c, alpha: float, beta: float, precision: str = "fp32"):
     if direct(a, b, c):
         return api.gemm(a, b, c, alpha=alpha, beta=beta, precision=precision)
     return GEMM(a, b, c, alpha, beta, precision)
+
+
+def matmul_out_remembered(a, b, out, precision: str) -> bool:
+    """``out = a @ b`` where tilegemm may be called directly (``direct``) and the call is one it
+    remembers (fastpath): True when done; False leaves everything to the caller's full path (which
+    checks the arguments and reports what is wrong)."""
+    return direct(a, b, out) and fastpath.call(a, b, out, _FAMILY, None, True, precision) is not fastpath.MISS
 
 
 def gemm_out(a, b, c, alpha: float, beta: float, out, precision: str = "fp32") -> None:

@@ -19,7 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import tilegemm.torch as tgt  # noqa: E402
-from tilegemm import torch_ops  # noqa: E402
+from tilegemm import registry, torch_ops  # noqa: E402
 from tilegemm.arrays import Operand  # noqa: E402
 from tilegemm.plan import plan  # noqa: E402
 from torch_checks import assert_gemm_and_gradients  # noqa: E402
@@ -533,7 +533,7 @@ def test_the_backward_computes_at_the_forward_s_precision(cpu_tilegemm, precisio
 
 
 def test_the_direct_path_passes_precision_on(cpu_tilegemm, monkeypatch):
-    monkeypatch.setattr(torch_ops, "direct", lambda *tensors: True)
+    monkeypatch.setattr(torch_ops, "direct", lambda *tensors, **kw: True)
     monkeypatch.setattr(torch_ops, "MATMUL", None)  # not called
     a, b, c = torch.randn(5, 7), torch.randn(7, 3), torch.randn(3)
     assert torch.allclose(tgt.matmul(a, b, precision="tf32"), a @ b, rtol=1e-5, atol=1e-5)
@@ -589,3 +589,24 @@ def test_compiled_linear_keeps_its_precision(cpu_tilegemm):
     calls = [n for n in graphs[0].graph.nodes if n.target is torch.ops.tilegemm.gemm.default]
     assert len(calls) == 1 and "tf32x3" in list(calls[0].args) + list(calls[0].kwargs.values())
     torch._dynamo.reset()
+
+
+def test_a_remembered_out_call_goes_straight_to_it(monkeypatch):
+    """tilegemm.torch.matmul(out=) hands a direct call to the memo first; a miss, or a call the
+    operator must record (autograd), takes the full path with its checks."""
+    from tilegemm import fastpath
+
+    seen = []
+
+    def remembered(a, b, out, kernel, config, pdl, precision="fp32"):
+        seen.append((kernel, config, pdl, precision))
+        return out
+
+    monkeypatch.setattr(fastpath, "call", remembered)
+    monkeypatch.setattr(torch_ops, "gemm_out", None)  # not reached on a hit
+    a, b, out = torch.randn(5, 7), torch.randn(7, 3), torch.empty(5, 3)
+    assert tgt.matmul(a, b, out=out, precision="tf32x3") is out
+    assert seen == [(registry.FAMILY.name, None, True, "tf32x3")]
+    with pytest.raises(ValueError, match="requires grad, but out= does not support autograd"):
+        tgt.matmul(a.requires_grad_(), b, out=out)
+    assert len(seen) == 1

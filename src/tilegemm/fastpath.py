@@ -40,13 +40,23 @@ class Entry:
 def _meta(x):
     """(metadata key, pointer) of a CuPy array or a torch CUDA tensor; None for anything else.  (A
     CPU tensor's device is -1, a key no remembered call has.)"""
-    mod = type(x).__module__
-    if mod.startswith("torch"):
+    kind = _kinds.get(type(x))
+    if kind is None:
+        kind = _kinds[type(x)] = _kind_of(type(x))
+    if kind == "torch":
         return ("torch", x.shape, x.stride(), x.dtype, x.get_device()), x.data_ptr()
-    if mod.startswith("cupy"):
+    if kind == "cupy":
         mem = x.data
         return ("cupy", x.shape, x.strides, x.dtype.char, mem.device_id), mem.ptr
     return None
+
+
+def _kind_of(t: type) -> str:
+    mod = t.__module__
+    return "torch" if mod.startswith("torch") else "cupy" if mod.startswith("cupy") else ""
+
+
+_kinds: dict[type, str] = {}  # array type -> "torch", "cupy" or "" (the rest)
 
 
 _NO_OUT = ((None,), 0)

@@ -269,14 +269,15 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _FAMILY = registry.FAMILY.name
 
 
-def direct(*tensors) -> bool:
+def direct(*tensors, cuda: bool = True) -> bool:
     """True where calling tilegemm directly computes exactly what the operator would: not under
-    torch.compile, no autograd to record, plain CUDA tensors, no torch mode or functorch transform."""
+    torch.compile, no autograd to record, plain CUDA tensors, no torch mode or functorch transform.
+    ``cuda=False``: the tensors' device is left to the caller."""
     if torch.compiler.is_compiling():
         return False
     grad = torch.is_grad_enabled()
     for t in tensors:
-        if t is not None and (type(t) not in _PLAIN or not t.is_cuda or (grad and t.requires_grad)):
+        if t is not None and (type(t) not in _PLAIN or (cuda and not t.is_cuda) or (grad and t.requires_grad)):
             return False
     C = torch._C
     return not (C._len_torch_dispatch_stack() or C._len_torch_function_stack()
@@ -302,7 +303,8 @@ def matmul_out_remembered(a, b, out, precision: str) -> bool:
     """``out = a @ b`` where tilegemm may be called directly (``direct``) and the call is one it
     remembers (fastpath): True when done; False leaves everything to the caller's full path (which
     checks the arguments and reports what is wrong)."""
-    return direct(a, b, out) and fastpath.call(a, b, out, _FAMILY, None, True, precision) is not fastpath.MISS
+    # (a CPU tensor is left to fastpath: no remembered call has one)
+    return direct(a, b, out, cuda=False) and fastpath.call(a, b, out, _FAMILY, None, True, precision) is not fastpath.MISS
 
 
 def gemm_out(a, b, c, alpha: float, beta: float, out, precision: str = "fp32") -> None:

@@ -39,7 +39,7 @@ def _declared(sig: launch.Signature, folder=KERNEL_DIR) -> list[tuple[str, str]]
     return _c_params(m.group(1))
 
 
-@pytest.mark.parametrize("sig", [launch.GEMM, launch.REDUCE, launch.RUNG, launch.WGMMA], ids=lambda s: s.entry)
+@pytest.mark.parametrize("sig", [launch.GEMM, launch.REDUCE, launch.RUNG, launch.WGMMA, launch.PACK], ids=lambda s: s.entry)
 def test_signatures_match_the_kernels(sig):
     assert _declared(sig) == list(sig.fields)
 
@@ -113,6 +113,7 @@ def stubs(monkeypatch):
 
     monkeypatch.setattr(dispatch, "launcher", launcher)
     monkeypatch.setattr(dispatch, "reducer", lambda device: FakeLauncher(registry.REDUCE, (), 1, log))
+    monkeypatch.setattr(dispatch, "packer", lambda device: FakeLauncher(registry.PACK, (), 1, log))
     monkeypatch.setattr(launch, "workspace", lambda floats, stream: SimpleNamespace(data=SimpleNamespace(ptr=WORK)))
     monkeypatch.setattr(launch, "sk_flags", lambda device, stream, blocks: (0x800000, 7))
     return SimpleNamespace(log=log, built=built)

@@ -140,8 +140,34 @@ def test_on_hopper_tensor_core_calls_run_rung_10s_kernel_split_over_k(stubs, mon
                           lambda *k: pytest.fail("no mma.sync config is chosen"))
     (mm,) = prog.steps
     assert mm.go.grid == (32 * 32, 1, 1) and prog.config["splits"] == 1 and prog.work_floats == 0
-    # an operand TMA cannot read (a row of 511 floats): the producer copies the tiles, no tensor maps
+    # an operand TMA cannot read (rows of 511 floats): copied first into rows of 512 in the workspace,
+    # which the tensor map then reads; B (rows of 4096) is read where it is
     a, b = op("a", (4096, 511), ptr=PA), op("b", (511, 4096), ptr=PB)
     prog = dispatch.build(plan(a, b, op("out", (4096, 4096), ptr=PD), precision=precision), 0, (PA, PB, 0, PD),
                           lambda *k: pytest.fail("no mma.sync config is chosen"))
-    assert prog.config["tg_tma"] == 0 and prog.steps[0].maps == ()
+    pk, mm = prog.steps
+    assert prog.config["tg_tma"] == 1 and prog.config["pack"] == 1 and prog.work_floats == 4096 * 512
+    pargs = dict(zip((n for n, _ in launch.PACK.fields), pk.args))
+    assert (pargs["rows"], pargs["cols"], pargs["lds"], pargs["ldd"]) == (4096, 511, 511, 512)
+    assert pk.ptrs == ((launch.PACK.slot("src"), launch.A, 0), (launch.PACK.slot("dst"), launch.W, 0))
+    assert pk.go.grid[0] * pargs["gpr"] * 4 >= 511 and pk.go.grid[1] * (256 // pargs["gpr"]) >= 4096
+    assert [(m[1], m[2]) for m in mm.maps] == [(launch.W, 0), (launch.B, 0)]
+    assert dict(zip((n for n, _ in W.fields), mm.args))["lda"] == 512
+    # both unaligned, and split over K: the planes first, then the copies, 256-byte aligned
+    a, b = op("a", (64, 99999), ptr=PA), op("b", (99999, 63), ptr=PB)
+    prog = dispatch.build(plan(a, b, op("out", (64, 63), ptr=PD), precision=precision), 0, (PA, PB, 0, PD),
+                          lambda *k: pytest.fail("no mma.sync config is chosen"))
+    pa_, pb_, mm, red = prog.steps
+    splits, planes = prog.config["splits"], prog.config["splits"] * 64 * 64
+    assert prog.config["pack"] == 3 and splits > 8
+    da, db = -(-planes // 64) * 64, -(-(-(-planes // 64) * 64 + 64 * 100000) // 64) * 64
+    assert pa_.ptrs[1] == (launch.PACK.slot("dst"), launch.W, 4 * da)
+    assert pb_.ptrs[1] == (launch.PACK.slot("dst"), launch.W, 4 * db)
+    assert [(m[1], m[2]) for m in mm.maps] == [(launch.W, 4 * da), (launch.W, 4 * db)]
+    assert prog.work_floats == db + 99999 * 64
+    # past the copy limit the producer copies the tiles itself (cp.async), no tensor maps
+    monkeypatch.setattr(selection, "PACK_LIMIT", 1000)
+    a, b = op("a", (4096, 511), ptr=PA), op("b", (511, 4096), ptr=PB)
+    prog = dispatch.build(plan(a, b, op("out", (4096, 4096), ptr=PD), precision=precision), 0, (PA, PB, 0, PD),
+                          lambda *k: pytest.fail("no mma.sync config is chosen"))
+    assert prog.config["tg_tma"] == 0 and prog.config["pack"] == 0 and prog.steps[0].maps == ()

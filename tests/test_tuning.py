@@ -185,9 +185,11 @@ def test_family_default_compiles_without_spills(arch, vec):
         assert r.spill_stores == 0 and r.spill_loads == 0, (arch, layout, vec, r)
 
 
-def test_reduce_kernel_compiles():
-    k = registry.REDUCE.compile({}, arch="sm_90")
-    assert k.resources.spill_stores == 0
+@pytest.mark.parametrize("spec", [registry.REDUCE, registry.PACK], ids=lambda s: s.name)
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_helper_kernels_compile(spec, arch):
+    k = spec.compile({}, arch=arch)
+    assert k.resources.spill_stores == 0 and k.resources.spill_loads == 0
 
 
 def test_static_asserts_back_the_python_constraints():

@@ -100,6 +100,15 @@ def available_references() -> list[str]:
     return out
 
 
+def _wgmma_copy(layout: str, M: int, N: int, K: int) -> dict:
+    """How the Hopper path reads the bench's contiguous operands: "pack", the mask of those copied
+    into aligned rows first (selection.wgmma_pack), and "tg_tma" (0: the producer's cp.async)."""
+    va = (M, K) if layout[0] == "N" else (K, M)
+    vb = (K, N) if layout[1] == "N" else (N, K)
+    pack = selection.wgmma_pack((va[1] % 4 == 0, vb[1] % 4 == 0), tuple(r * -(-c // 4) * 4 for r, c in (va, vb)))
+    return {"pack": pack or 0, "tg_tma": int(pack is not None)}
+
+
 def measure(kernels, M, N, K, layout="NN", progress=None, batch=1, refs=(), case=None,
             target_s: float = 0.6) -> list[Row]:
     """cuBLAS, the other references (``refs``: "torch", "triton") and each kernel (a name, "gemm"
@@ -122,7 +131,8 @@ def measure(kernels, M, N, K, layout="NN", progress=None, batch=1, refs=(), case
             if prec == "fp32":
                 cfg, src = selection.select(dev, layout, M, N, K, batch)
             elif selection.hopper_tensor_cores(props) and batch == 1:  # dispatch's Hopper path: rung 10's kernel
-                cfg, src = {"splits": selection.wgmma_split(M, N, K, props.sms)[0]}, "wgmma"
+                cfg, src = {"splits": selection.wgmma_split(M, N, K, props.sms)[0],
+                            **_wgmma_copy(layout, M, N, K)}, "wgmma"
             else:
                 cfg, src = selection.select_mma(dev, prec, layout, M, N, K, batch), "heuristic"
             entries.append(("tilegemm" if prec == "fp32" else f"tilegemm-{prec}",

@@ -15,7 +15,8 @@ import numpy as np
 from . import gpu, registry, selection
 from .arrays import UNKNOWN, Operand, describe
 from .errors import UnsupportedOperands
-from .launch import GEMM, REDUCE, RUNG, WGMMA, A, B, C, D, W, Program, Step, launcher, reducer, wgmma_launcher
+from .launch import (GEMM, PACK, REDUCE, RUNG, WGMMA, A, B, C, D, W, Program, Step, launcher, packer, reducer,
+                     wgmma_launcher)
 from .plan import GRID_Z, Plan, plan, vector_width
 
 FAMILY = registry.FAMILY.name
@@ -207,10 +208,12 @@ def _rung(p, g, device, at, offs) -> list[Step]:
 
 
 def _tma_step(p, g, fn, grid, at, offs, vec, splits=1, k_split=None, out=D, ldd=None, sD=0, alpha=1.0,
-              beta=0.0) -> Step:
+              beta=0.0, src=None) -> Step:
     """A launch of rung 10's kernel: D = alpha A B + beta C into ``out`` (D, or the split-K workspace W
     with planes sD apart); its operands as tensor maps, encoded per launch from the pointers (tma.py;
-    TMA reads 16-byte aligned rows only), or with tg_tma = 0 as pointers its producer copies from."""
+    TMA reads 16-byte aligned rows only), or with tg_tma = 0 as pointers its producer copies from.
+    ``src``: where each operand is read, ((pointer, byte offset, leading dimension) for A, then B):
+    by default the call's operands, else a copy in the workspace (``_pack_step``)."""
     from .tma import encoder
 
     tma = fn.params["tg_tma"]
@@ -219,20 +222,41 @@ def _tma_step(p, g, fn, grid, at, offs, vec, splits=1, k_split=None, out=D, ldd=
                          f"with leading dimensions (and batch strides) a multiple of 4 floats; pass such "
                          f"arrays (e.g. contiguous ones with a column count a multiple of 4) or another kernel")
     sa, sb, sc, sd = g.strides
+    (wa, oa, lda), (wb, ob, ldb) = src or ((A, offs[A], g.lda), (B, offs[B], g.ldb))
     bm, bn = fn.spec.tile(fn.params)
     bk = fn.params["bk"]
     # the view each map describes: rows x cols with row stride ld (tg_common.cuh's layouts); A's boxes
     # swizzled as 10_wgmma_tf32x3.cu's a_at reads them
-    ea = encoder(g.M, g.K, g.lda, bm, bk, 4 * bk) if g.layout[0] == "N" else encoder(g.K, g.M, g.lda, bk, 32, 128)
-    eb = encoder(g.K, g.N, g.ldb, bk, bn) if g.layout[1] == "N" else encoder(g.N, g.K, g.ldb, bn, bk)
-    args = WGMMA.values(M=g.M, N=g.N, K=g.K, tA=bytes(128), tB=bytes(128), A=0, lda=g.lda, B=0, ldb=g.ldb, C=0,
+    ea = encoder(g.M, g.K, lda, bm, bk, 4 * bk) if g.layout[0] == "N" else encoder(g.K, g.M, lda, bk, 32, 128)
+    eb = encoder(g.K, g.N, ldb, bk, bn) if g.layout[1] == "N" else encoder(g.N, g.K, ldb, bn, bk)
+    args = WGMMA.values(M=g.M, N=g.N, K=g.K, tA=bytes(128), tB=bytes(128), A=0, lda=lda, B=0, ldb=ldb, C=0,
                         ldc=g.ldc, D=0, ldd=g.ldd if ldd is None else ldd, sD=sD, alpha=alpha, beta=beta,
                         k_split=k_split or -(-g.K // bk) * bk)
     ptrs = ((WGMMA.slot("D"), out, offs[D] if out == D else 0), (WGMMA.slot("C"), C, offs[C]),
-            (WGMMA.slot("A"), A, offs[A]), (WGMMA.slot("B"), B, offs[B]))
-    maps = ((WGMMA.slot("tA"), A, offs[A], 4 * sa, ea), (WGMMA.slot("tB"), B, offs[B], 4 * sb, eb)) if tma else ()
+            (WGMMA.slot("A"), wa, oa), (WGMMA.slot("B"), wb, ob))
+    maps = ((WGMMA.slot("tA"), wa, oa, 4 * sa, ea), (WGMMA.slot("tB"), wb, ob, 4 * sb, eb)) if tma else ()
     return Step(fn.prepare((grid[0], 1, splits), False), tuple(args), ptrs, repeat=g.count,
                 strides=(4 * sd, 4 * sc, 4 * sa, 4 * sb), maps=maps)
+
+
+def _views(g) -> tuple:
+    """(rows, cols, ld) of A and of B as rung 10's tensor maps read them: rows of ld floats, cols contiguous."""
+    va = (g.M, g.K, g.lda) if g.layout[0] == "N" else (g.K, g.M, g.lda)
+    vb = (g.K, g.N, g.ldb) if g.layout[1] == "N" else (g.N, g.K, g.ldb)
+    return va, vb
+
+
+def _pack_step(device, view, which, off, dst) -> Step:
+    """Copy operand ``which`` (its view: rows, cols, ld; at byte offset ``off``) into the workspace at
+    byte offset ``dst``, in rows of cols rounded up to 4 floats (pack.cu)."""
+    rows, cols, ld = view
+    fn = packer(device)
+    groups = -(-cols // 4)
+    gpr = min(256, 1 << max(0, (groups - 1).bit_length()))  # column groups a block takes from each row
+    per_block = 256 // gpr
+    grid = (-(-groups // gpr), max(1, min(-(-rows // per_block), 65535)), 1)
+    args = PACK.values(rows=rows, cols=cols, src=0, lds=ld, dst=0, ldd=-(-cols // 4) * 4, gpr=gpr)
+    return Step(fn.prepare(grid, False), tuple(args), ((PACK.slot("src"), which, off), (PACK.slot("dst"), W, dst)))
 
 
 def _on_hopper_tensor_cores(p, g, device) -> bool:
@@ -245,18 +269,32 @@ def _on_hopper_tensor_cores(p, g, device) -> bool:
 
 def _wgmma_family(p, g, device, at, offs, beta) -> tuple[list[Step], int, dict]:
     """The Hopper tensor-core path: rung 10's kernel, split over K where its 128 x 128 tiles leave
-    SMs idle (selection.wgmma_splits), the splits added by the reduction with alpha and beta; the
-    steps, the workspace (floats) and the config run."""
-    tma = vector_width((at[A], g.lda), (at[B], g.ldb)) == 4  # else the producer copies the tiles itself
-    fn = wgmma_launcher(g.layout, device, registry.PRECISIONS[p.precision], tma)
+    SMs idle (selection.wgmma_splits), the splits added by the reduction with alpha and beta; an
+    operand TMA cannot read (rows not 16-byte aligned) copied first into aligned rows of the
+    workspace (selection.wgmma_pack; beyond its limit the kernel's producer copies the tiles by
+    cp.async).  The steps, the workspace (floats) and the config run."""
+    views = _views(g)
+    aligned = (vector_width((at[A], g.lda)) == 4, vector_width((at[B], g.ldb)) == 4)
+    packed = [r * -(-c // 4) * 4 for r, c, _ in views]
+    pack = selection.wgmma_pack(aligned, packed)
+    fn = wgmma_launcher(g.layout, device, registry.PRECISIONS[p.precision], pack is not None)
     splits, k_split = selection.wgmma_split(g.M, g.N, g.K, gpu.device_properties(device).sms)
     grid = fn.spec.grid(g.M, g.N, fn.params)
-    if splits == 1:
-        return [_tma_step(p, g, fn, grid, at, offs, 4, alpha=p.alpha, beta=beta)], 0, {**fn.params, "splits": 1}
     ldw = -(-g.N // 4) * 4
-    step = _tma_step(p, g, fn, grid, at, offs, 4, splits, k_split, out=W, ldd=ldw, sD=g.M * ldw)
-    return ([step, _reduce_step(p, g, device, at, offs, splits, ldw, beta)], splits * g.M * ldw,
-            {**fn.params, "splits": splits})
+    work = splits * g.M * ldw if splits > 1 else 0
+    steps, src = [], [(A, offs[A], g.lda), (B, offs[B], g.ldb)]
+    for i, which in enumerate((A, B)):
+        if pack and pack & (1 << i):
+            dst = -(-work // 64) * 64  # floats; 256-byte aligned
+            steps.append(_pack_step(device, views[i], which, offs[which], 4 * dst))
+            src[i] = (W, 4 * dst, -(-views[i][1] // 4) * 4)
+            work = dst + packed[i]
+    config = {**fn.params, "splits": splits, "pack": pack or 0}
+    if splits == 1:
+        steps.append(_tma_step(p, g, fn, grid, at, offs, 4, alpha=p.alpha, beta=beta, src=src))
+        return steps, work, config
+    steps.append(_tma_step(p, g, fn, grid, at, offs, 4, splits, k_split, out=W, ldd=ldw, sD=g.M * ldw, src=src))
+    return steps + [_reduce_step(p, g, device, at, offs, splits, ldw, beta)], work, config
 
 
 def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:

@@ -72,7 +72,10 @@ RUNG = Signature.of("tilegemm_kernel", "tg_common.cuh", (
 WGMMA = Signature.of("tilegemm_wgmma", "10_wgmma_tf32x3.cu", (
     "M int, N int, K int, tA tmap, tB tmap, A ptr, lda long long, B ptr, ldb long long, C ptr, ldc long long, "
     "D ptr, ldd long long, sD long long, alpha float, beta float, k_split int"))
-SIGNATURES = {s.entry: s for s in (GEMM, REDUCE, RUNG, WGMMA)}
+# pack.cu's tilegemm_pack: an operand's rows x cols view copied into rows of ldd floats (16-byte aligned)
+PACK = Signature.of("tilegemm_pack", "pack.cu", (
+    "rows int, cols int, src ptr, lds long long, dst ptr, ldd long long, gpr int"))
+SIGNATURES = {s.entry: s for s in (GEMM, REDUCE, RUNG, WGMMA, PACK)}
 
 
 # --------------------------------------------------------------------------- launchers
@@ -145,6 +148,11 @@ def wgmma_launcher(layout: str, device: int, passes: int, tma: bool = True) -> L
 def reducer(device: int) -> Launcher:
     """The split-K reduction (also D = beta * C for K = 0) on ``device``."""
     return _cached((registry.REDUCE.name, device), lambda: Launcher(registry.REDUCE, "NN", 1, device))
+
+
+def packer(device: int) -> Launcher:
+    """The copy of an operand into 16-byte aligned rows (pack.cu) on ``device``."""
+    return _cached((registry.PACK.name, device), lambda: Launcher(registry.PACK, "NN", 1, device))
 
 
 # --------------------------------------------------------------------------- stream-K flags

@@ -293,6 +293,12 @@ REDUCE = KernelSpec(
     waits=True,
 )
 
+# the Hopper tensor-core path's copy of an operand whose rows TMA cannot read into 16-byte aligned rows
+PACK = KernelSpec(
+    name="pack", file="pack.cu", summary="an operand copied into 16-byte aligned rows (for TMA)",
+    defaults={}, block=lambda p: (256, 1, 1), tile=lambda p: (1, 1), entry="tilegemm_pack",
+)
+
 def check_kernel_precision(spec: "KernelSpec", config, precision: str) -> None:
     """A rung computes one precision, and the family's config may name its "mma": either must agree
     with ``precision`` (no silent change of precision)."""

@@ -341,6 +341,21 @@ def wgmma_split(M: int, N: int, K: int, sms: int = 132) -> tuple[int, int]:
     return -(-K // k_split), k_split
 
 
+# the most floats of one operand the Hopper tensor-core path copies into aligned rows (1 GiB); a
+# larger unaligned operand is copied tile by tile by the kernel's producer (cp.async) instead
+PACK_LIMIT = 1 << 28
+
+
+def wgmma_pack(aligned: tuple, floats: tuple) -> int | None:
+    """Which operands the Hopper tensor-core path copies into 16-byte aligned rows before rung 10's
+    kernel reads them by TMA: a bit mask (1: A, 2: B) of those not ``aligned``; None where such an
+    operand has more than PACK_LIMIT floats (``floats``: each copy's size), and the kernel's
+    producer copies the tiles with cp.async instead."""
+    if any(not ok and n > PACK_LIMIT for ok, n in zip(aligned, floats)):
+        return None
+    return sum(1 << i for i, ok in enumerate(aligned) if not ok)
+
+
 def wgmma_splits(M: int, N: int, K: int, sms: int = 132) -> int:
     """Split-K for the Hopper tensor-core path (one block of its tile per SM): the count of splits,
     each >= 512 long, that minimises waves / splits (the time of a block's share of K times the waves

@@ -1,0 +1,32 @@
+// pack.cu - an operand copied into 16-byte aligned rows, for the Hopper tensor-core path: TMA
+// (rung 10's kernel) reads only rows that start on 16-byte boundaries, so an operand whose rows do
+// not (a row length that is not a multiple of 4 floats, or an unaligned pointer) is copied first;
+// rung 10's kernel then reads the copy through TMA (docs/perf-notes.md: about twice as fast as its
+// producer's 4-byte cp.async copies, the copy included).
+//
+// dst[r * ldd + c] = src[r * lds + c] for r < rows, c < cols; ldd is cols rounded up to a multiple
+// of 4 and dst is 16-byte aligned, so each thread writes one float4 (the columns past cols as zeros:
+// TMA's view stops at cols, they are never read).  The source is read one float at a time (its rows
+// start anywhere); consecutive threads take consecutive column groups, so a warp reads 512
+// consecutive bytes of a row.
+// Grid: GPR (runtime, a power of two dividing 256) column groups of 4 per row and 256 / GPR rows per
+// block, so that narrow rows still fill the block; blocks along x take further column groups, along
+// y further rows (grid-stride).  64-bit offsets.
+typedef long long tg_idx;
+
+extern "C" __global__ void __launch_bounds__(256) tilegemm_pack(int rows, int cols, const float *__restrict__ src,
+                                                                long long lds, float *__restrict__ dst, long long ldd,
+                                                                int gpr) {
+    const int c = (blockIdx.x * gpr + threadIdx.x % gpr) * 4;
+    if (c >= cols) return;
+    const int per_block = blockDim.x / gpr;
+    for (tg_idx r = (tg_idx)blockIdx.y * per_block + threadIdx.x / gpr; r < rows; r += (tg_idx)gridDim.y * per_block) {
+        const float *s = src + r * lds + c;
+        float4 v;
+        v.x = s[0];
+        v.y = c + 1 < cols ? s[1] : 0.0f;
+        v.z = c + 2 < cols ? s[2] : 0.0f;
+        v.w = c + 3 < cols ? s[3] : 0.0f;
+        *reinterpret_cast<float4 *>(dst + r * ldd + c) = v;
+    }
+}

@@ -1,0 +1,27 @@
+"""The interleaved timer's turn order, with a stand-in for CuPy's events (no GPU)."""
+from types import SimpleNamespace
+
+from tilegemm import gpu, timing
+
+
+def test_every_run_takes_every_place_in_the_turn(monkeypatch):
+    order = []
+
+    class Event:
+        def record(self, stream):
+            pass
+
+        def synchronize(self):
+            pass
+
+    cuda = SimpleNamespace(get_current_stream=lambda: None, Event=Event, get_elapsed_time=lambda a, b: 1.0)
+    monkeypatch.setattr(gpu, "cupy", lambda: SimpleNamespace(cuda=cuda))
+    runs = [lambda i, j=j: order.append(j) for j in range(3)]
+    ms = timing.time_interleaved(runs, n_sets=2, target_s=0.0, batch_ms=1.0)
+    assert len(ms) == 3
+    # after the warm-up (two batches of one per run, each with the launch queued first: 12 calls),
+    # five turns of batches of one, 2 calls each
+    turns = order[12:]
+    firsts = [turns[t] for t in range(0, len(turns), 6)]  # the run that opens each turn
+    assert firsts == [0, 1, 2, 0, 1] and len(turns) == 6 * 5
+    assert turns[:6] == [0, 0, 1, 1, 2, 2] and turns[6:12] == [1, 1, 2, 2, 0, 0]

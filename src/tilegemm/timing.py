@@ -89,9 +89,11 @@ def time_launches(run, n_sets: int, target_s: float = 0.6, batch_ms: float = 15.
 def time_interleaved(runs, n_sets: int, target_s: float = 0.6, batch_ms: float = 15.0) -> list[float]:
     """Milliseconds per call of each of ``runs`` (``run(i)``, i = input set index): the median over
     batches of back-to-back launches, the runs' batches taking turns so that drifts in clock,
-    temperature and power over the measurement reach every run alike.  The order rotates every turn
-    (0, 1, 2, then 1, 2, 0, ...): a batch runs faster right after a run that drew less power (the
-    clocks have not yet come down), so each run takes each place in the turn equally often.
+    temperature and power over the measurement reach every run alike.  Each turn takes the runs in a
+    new order (a fixed-seed shuffle): a batch runs faster right after one that drew less power (the
+    clocks have not come down yet; a tensor-core kernel timed after cuBLAS SGEMM in every turn
+    measured up to 10% above the same kernel timed after another), so no run always follows the
+    same one.
 
     Each batch is timed with CUDA events.  A launch is queued before the start event so the GPU is
     busy when it is recorded, and batches are long enough that the host's per-call cost hides
@@ -117,9 +119,9 @@ def time_interleaved(runs, n_sets: int, target_s: float = 0.6, batch_ms: float =
         per_batch = max(1, min(200, int(batch_ms / max(one, 1e-3))))
         sizes.append((per_batch, max(5, min(30, int(target_s * 1e3 / max(one * per_batch, 1e-3))))))
     times: list[list[float]] = [[] for _ in runs]
+    rng = np.random.default_rng(0)
     for i in range(max(n for _, n in sizes)):
-        for k in range(len(runs)):
-            j = (i + k) % len(runs)
+        for j in rng.permutation(len(runs)):
             per_batch, n_batches = sizes[j]
             if i < n_batches:
                 times[j].append(batch(runs[j], per_batch, i * (per_batch + 1)))

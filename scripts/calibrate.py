@@ -1,7 +1,9 @@
 """Calibration data for the selection's cost model: every candidate of tilegemm.model timed on a
 random draw of shapes, cuBLAS beside, each candidate checked against float64 first.
 
-usage: python scripts/calibrate.py --seed S --n N [--out DIR] [--target-s T]
+usage: python scripts/calibrate.py --seed S --n N [--lo L --hi H --min-macs X] [--out DIR] [--target-s T]
+(--lo, --hi, --min-macs: the draw's bounds, by default the bench's; e.g. --lo 16 --hi 1024
+--min-macs 0 draws small products, where a block's latency rules)
 Writes DIR (default $OUT, else benchmarks/results)/<gpu>-<date>-calibration-s<S>.json (kind
 "calibration"), rewritten after every shape so that a run cut short keeps what it measured.  Rows:
 the shape, the candidate's name and config, ms, TFLOPS and relative error; per config the blocks
@@ -21,6 +23,9 @@ def main(argv=None) -> int:
     p.add_argument("--n", type=int, default=40)
     p.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
     p.add_argument("--target-s", type=float, default=0.1)
+    p.add_argument("--lo", type=int, default=suites.DRAW["lo"])
+    p.add_argument("--hi", type=int, default=suites.DRAW["hi"])
+    p.add_argument("--min-macs", type=int, default=suites.DRAW["min_macs"])
     args = parse_args(p, argv)
     return args if isinstance(args, int) else run_command(run, args)
 
@@ -29,7 +34,9 @@ def run(args) -> int:
     cupy = gpu.cupy()
     dev = gpu.current_device()
     props = gpu.device_properties(dev)
-    shapes = suites.random_shapes(args.n, args.seed)
+    draw = {**suites.DRAW, "lo": args.lo, "hi": args.hi, "min_macs": args.min_macs}
+    shapes = suites.random_shapes(args.n, args.seed, lo=draw["lo"], hi=draw["hi"], min_macs=draw["min_macs"],
+                                  max_bytes=draw["max_bytes"])
     configs = {}
     for M, N, K, _, _ in shapes:
         configs.update(dict(model.candidates(M, N, K, 1, props.sms)))
@@ -43,7 +50,7 @@ def run(args) -> int:
         occupancy[name] = fn.resident_blocks() // props.sms
     rows = []
     doc = results.document(rows, cmd=results.command(prog="python scripts/calibrate.py"), kind="calibration",
-                           seed=args.seed, n=args.n, draw=dict(suites.DRAW), configs=configs,
+                           seed=args.seed, n=args.n, draw=draw, configs=configs,
                            blocks_per_sm=occupancy)
     for i, (M, N, K, layout, count) in enumerate(shapes):
         cands = model.candidates(M, N, K, count, props.sms)

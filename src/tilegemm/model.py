@@ -24,7 +24,7 @@ The constants are fitted to calibration measurements by calibration.py
 
 from __future__ import annotations
 
-# tile configs of the family, all with the cp.async pipeline (3 stages, bk = 8; 32 x 32: 2 stages, bk = 16)
+# tile configs of the family, all with the cp.async pipeline (3 stages, bk = 8)
 _PIPE = {"bk": 8, "swizzle": 8, "stages": 3}
 TILES = {
     "256x128": {"bm": 256, "bn": 128, "tm": 16, "tn": 8, "ln": 2, "minb": 1, **_PIPE},
@@ -36,8 +36,6 @@ TILES = {
     "128x64": {"bm": 128, "bn": 64, "tm": 8, "tn": 8, "ln": 8, "minb": 0, **_PIPE},
     "64x64": {"bm": 64, "bn": 64, "tm": 8, "tn": 4, "ln": 8, "minb": 0, **_PIPE},
     "32x256": {"bm": 32, "bn": 256, "tm": 8, "tn": 16, "ln": 8, "minb": 0, **_PIPE},
-    # small products: 4 x 4 outputs a thread, so a k-iteration is short where one block's latency rules
-    "32x32": {"bm": 32, "bn": 32, "tm": 4, "tn": 4, "ln": 8, "minb": 0, "bk": 16, "swizzle": 8, "stages": 2},
 }
 SPLITS = (2, 4, 8, 16, 32, 64, 128, 256)
 SPLIT_TILES = ("128x128", "64x128", "128x64", "64x64", "32x256")  # also run split over K

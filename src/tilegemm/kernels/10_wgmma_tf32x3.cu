@@ -172,19 +172,28 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
                 else            tg_tma_2d(rb0 + r * TILE, &tB, n0, k0 + kt * BK, b_full(r));
             }
         };
-        for (int kt = 0; kt < RS && kt < T; ++kt) load_b(kt, kt);
-        for (int kt = 0; kt < T; ++kt) {
-            const int r = kt % RS, s = kt % SS;
+        auto load_a = [&](int kt, int s) {  // A's k tile straight into stage s (four 32-column boxes when column-major)
             const unsigned st = st0 + s * S_STAGE;
-            tg_mbar_wait(s_empty(s), ((kt / SS) & 1) ^ 1);  // the consumers are done with stage s
             if (!TG_TMA) {
                 load_tile<0, !TG_TRANS_A>(st, A, lda, m0, M, k0 + kt * BK, K, a_full(s), tid);
-            } else if (tid == 0) {  // A's k tile straight into the stage (four 32-column boxes when column-major)
+            } else if (tid == 0) {
                 tg_mbar_expect_tx(a_full(s), TILE);
                 if (TG_TRANS_A)
                     for (int q = 0; q < 4; ++q) tg_tma_2d(st + q * 32 * BK * 4, &tA, m0 + 32 * q, k0 + kt * BK, a_full(s));
                 else
                     tg_tma_2d(st, &tA, k0 + kt * BK, m0, a_full(s));
+            }
+        };
+        // every stage is free at the start: the first SS tiles of A are requested at once (requested
+        // one tile at a time, behind each split, the second tile's A arrived a whole latency late)
+        for (int kt = 0; kt < RS && kt < T; ++kt) load_b(kt, kt);
+        for (int kt = 0; kt < SS && kt < T; ++kt) load_a(kt, kt);
+        for (int kt = 0; kt < T; ++kt) {
+            const int r = kt % RS, s = kt % SS;
+            const unsigned st = st0 + s * S_STAGE;
+            if (kt >= SS) {
+                tg_mbar_wait(s_empty(s), ((kt / SS) & 1) ^ 1);  // the consumers are done with stage s
+                load_a(kt, s);
             }
             tg_mbar_wait(b_full(r), (kt / RS) & 1);
             split_b<(bool)TG_TRANS_B>(reinterpret_cast<const float *>(smem + (rb0 - s0) + r * TILE), st + TILE,
@@ -238,8 +247,12 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         for (int i = 0; i < 64; ++i) acc[i] += big[i];  // the k tile's big products, added in FP32
     }
 
-    // acc[4j + i] + lo[4j + i] is (A B)(m0 + 64c + 16w + g + 8 (i / 2), n0 + 8j + 2t + i % 2)
+    // acc[4j + i] + lo[4j + i] is (A B)(m0 + 64c + 16w + g + 8 (i / 2), n0 + 8j + 2t + i % 2): a lane
+    // holds pairs of adjacent columns, stored as one 8-byte access where D (and C, when read) allow
+    // it, so that a warp's store fills whole 32-byte sectors (4-byte stores: half of each of 8)
     D += blockIdx.z * sD;
+    const auto even = [](const float *p, long long ld) { return ((reinterpret_cast<unsigned long long>(p) | (unsigned long long)ld * 4) & 7) == 0; };
+    const bool pairs = even(D, ldd) && (beta == 0.0f || even(C, ldc));
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int m = m0 + r0 + 8 * h;
@@ -248,11 +261,21 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         const float *crow = C + (tg_idx)m * ldc;
 #pragma unroll
         for (int j = 0; j < 16; ++j) {
+            const int n = n0 + 8 * j + 2 * t;
+            float v[2];
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const int n = n0 + 8 * j + 2 * t + e;
-                const float v = alpha * tg_mma_sum(acc[4 * j + 2 * h + e], lo[4 * j + 2 * h + e]);
-                if (n < N) row[n] = beta != 0.0f ? v + beta * crow[n] : v;
+            for (int e = 0; e < 2; ++e) v[e] = alpha * tg_mma_sum(acc[4 * j + 2 * h + e], lo[4 * j + 2 * h + e]);
+            if (pairs && n + 1 < N) {
+                if (beta != 0.0f) {
+                    const float2 cv = *reinterpret_cast<const float2 *>(crow + n);
+                    v[0] += beta * cv.x;
+                    v[1] += beta * cv.y;
+                }
+                *reinterpret_cast<float2 *>(row + n) = make_float2(v[0], v[1]);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 2; ++e)
+                    if (n + e < N) row[n + e] = beta != 0.0f ? v[e] + beta * crow[n + e] : v[e];
             }
         }
     }

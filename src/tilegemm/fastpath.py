@@ -38,12 +38,11 @@ class Entry:
 
 
 def _meta(x):
-    """(metadata key, pointer) of a CuPy array or a torch CUDA tensor; None for anything else.  (A
-    CPU tensor's device is -1, a key no remembered call has.)"""
+    """(metadata key, pointer) of a CuPy array or a torch CUDA tensor; None for anything else."""
     kind = _kinds.get(type(x))
     if kind is None:
         kind = _kinds[type(x)] = _kind_of(type(x))
-    if kind == "torch":
+    if kind == "torch" and x.is_cuda:
         return ("torch", x.shape, x.stride(), x.dtype, x.get_device()), x.data_ptr()
     if kind == "cupy":
         mem = x.data

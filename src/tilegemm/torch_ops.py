@@ -303,7 +303,7 @@ def matmul_out_remembered(a, b, out, precision: str) -> bool:
     """``out = a @ b`` where tilegemm may be called directly (``direct``) and the call is one it
     remembers (fastpath): True when done; False leaves everything to the caller's full path (which
     checks the arguments and reports what is wrong)."""
-    # (a CPU tensor is left to fastpath: no remembered call has one)
+    # (a CPU tensor is left to fastpath, which does not take it)
     return direct(a, b, out, cuda=False) and fastpath.call(a, b, out, _FAMILY, None, True, precision) is not fastpath.MISS
 
 

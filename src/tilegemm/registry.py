@@ -171,17 +171,18 @@ _register(KernelSpec(
 
 
 def _wgmma_smem(p) -> int:
-    """Rung 10's shared memory: rs raw B tiles and ss stages of [raw A | B big | B small], 128 x bk
-    floats each, and the mbarriers."""
-    return (p["rs"] + 3 * p["ss"]) * 512 * p["bk"] + 8 * (p["rs"] + 3 * p["ss"])
+    """Rung 10's shared memory: rs raw B tiles and ss stages of [raw A | B big | B small] (B: 128 x bk
+    floats, A: bm x bk), and the mbarriers."""
+    return (p["rs"] * 128 + p["ss"] * (p["bm"] + 256)) * 4 * p["bk"] + 8 * (p["rs"] + 3 * p["ss"])
 
 
 _register(KernelSpec(
     name="10_wgmma_tf32x3", file="10_wgmma_tf32x3.cu",
     summary="wgmma m64n128k8 TF32 fed by TMA and mbarriers; a producer warpgroup splits B into K-major tiles",
     source="3xTF32 (Ootomo & Yokota; CUTLASS); PTX ISA wgmma, TMA, mbarrier; docs/perf-notes.md",
-    defaults={"bk": 32, "rs": 2, "ss": 3, "swizzle": 8, "tg_tma": 1},
-    block=lambda p: (384, 1, 1), tile=lambda p: (128, 128), linear_grid=True, entry="tilegemm_wgmma",
+    defaults={"bk": 32, "rs": 2, "ss": 3, "swizzle": 8, "tg_tma": 1, "bm": 128},
+    block=lambda p: (128 * (1 + p["bm"] // 64), 1, 1), tile=lambda p: (p["bm"], 128), linear_grid=True,
+    entry="tilegemm_wgmma",
     smem=lambda p: _wgmma_smem(p),
     precision="tf32x3", extra={"TG_MMA_PASSES": 3}, archs=("sm_90a",),
     constraints=(
@@ -189,7 +190,9 @@ _register(KernelSpec(
         _c("tg_tma is 1 (tiles copied by TMA) or 0 (by the producer's cp.async: any alignment)",
            lambda p, lim: p["tg_tma"] in (0, 1)),
         _c("rs >= 2 and ss >= 2 (raw B stages and A + split B stages)", lambda p, lim: p["rs"] >= 2 and p["ss"] >= 2),
-        _c("(rs + 3 ss) * 512 * bk bytes <= shared memory per block",
+        _c("bm is 128 (two consumer warpgroups), or 64 (one) with tg_tma = 1",
+           lambda p, lim: p["bm"] == 128 or (p["bm"] == 64 and p["tg_tma"] == 1)),
+        _c("(128 rs + (bm + 256) ss) * 4 * bk bytes <= shared memory per block",
            lambda p, lim: _wgmma_smem(p) <= lim.smem_per_block_optin),
         _c("swizzle >= 0", lambda p, lim: p["swizzle"] >= 0),
     ),

@@ -14,14 +14,15 @@
 // - Warp specialisation: warpgroup 0 is the producer.  It issues the TMA copies and splits each B
 //   tile into big + small TF32 (rung 9's split), written K-major whatever B's global layout: the
 //   layout wgmma's TF32 form requires, reached in shared memory with no copy in global memory.
-//   Warpgroups 1 and 2 are the consumers, rows 0-63 and 64-127 of the 128 x 128 tile: they read
+//   Warpgroups 1 and 2 are the consumers, rows 0-63 and 64-127 of the 128 x 128 tile (-D BM=64:
+//   one consumer and a 64 x 128 tile, for products of few rows; TMA only): they read
 //   their A fragments, split them in registers, and issue three wgmma per k step of 8 (big*big into
 //   the k tile's sum, big*small and small*big into the small sums); setmaxnreg moves registers from
 //   the producer (40) to the consumers (232: three 64-float sets of sums per thread).
 // - Pipeline: mbarriers instead of __syncthreads.  RS stages of raw B (b_full: the TMA bytes
 //   landed; the producer reuses a stage once its own threads are done with it) and SS stages of
 //   [raw A | B big | B small] (a_full: A's bytes landed; s_full: the 128 producer threads wrote B's
-//   halves; s_empty: the 256 consumer threads are done with the stage).
+//   halves; s_empty: the consumer threads are done with the stage).
 // Kept from rung 9: the split and its accuracy (the big products of a k tile summed on the tensor
 // cores, then added in FP32; the small ones apart; tg_mma.cuh), the block swizzle.
 // Needs: 16-byte aligned operands with leading dimensions a multiple of 4 (TMA's rule).
@@ -30,12 +31,15 @@
 #include "tg_mma.cuh"    // tg_tf32, tg_mma_sum
 #include "tg_wgmma.cuh"
 
-#define BM 128
+#ifndef BM
+#define BM 128  // rows of C per block: 128 (two consumer warpgroups) or 64 (one: skinny products)
+#endif
 #define BN 128
 #ifndef BK
 #define BK 32  // k per tile: 16 or 32 (one 64- or 128-byte swizzle span of a row of A)
 #endif
-#define NT 384
+#define NC (BM / 64)         // consumer warpgroups
+#define NT (128 * (1 + NC))  // and the producer's
 #ifndef RS
 #define RS 2  // raw B stages
 #endif
@@ -48,12 +52,14 @@
 #ifndef TG_TMA
 #define TG_TMA 1  // 1: tiles copied by TMA; 0: by the producer's cp.async (any alignment; see load_tile)
 #endif
-constexpr int TILE = 128 * BK * 4;   // bytes of one operand tile (A or B, raw or one split half)
-constexpr int S_STAGE = 3 * TILE;    // raw A, B big, B small
+constexpr int TILE = BN * BK * 4;    // bytes of a B tile (raw or one split half)
+constexpr int A_TILE = BM * BK * 4;  // bytes of an A tile
+constexpr int S_STAGE = A_TILE + 2 * TILE;  // raw A, B big, B small
 constexpr int CH = BK / 4;           // 16-byte chunks per row of BK
 constexpr int SBO = CH * 128;        // split layout: bytes from one 8-row group to the next
 constexpr int LBO = 128;             // ... and from one 4-k column of core matrices to the next
 static_assert(BK == 16 || BK == 32, "BK is 16 or 32: a row of A is one 64- or 128-byte swizzle span");
+static_assert(BM == 128 || (BM == 64 && TG_TMA), "BM is 128, or 64 with TMA (the cp.async producer copies 128 rows)");
 
 // Split the raw B tile at `raw` (BK x BN) into big and small halves at shared byte addresses `big`,
 // `small`, element (n, k) at (n / 8) SBO + (k / 4) LBO + (n % 8) 16 + (k % 4) 4.  KINNER: raw[n][k]
@@ -155,7 +161,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         for (int s = 0; s < SS; ++s) {
             tg_mbar_init(a_full(s), TG_TMA ? 1 : 128);
             tg_mbar_init(s_full(s), 128);
-            tg_mbar_init(s_empty(s), 256);
+            tg_mbar_init(s_empty(s), 128 * NC);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -172,14 +178,14 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
                 else            tg_tma_2d(rb0 + r * TILE, &tB, n0, k0 + kt * BK, b_full(r));
             }
         };
-        auto load_a = [&](int kt, int s) {  // A's k tile straight into stage s (four 32-column boxes when column-major)
+        auto load_a = [&](int kt, int s) {  // A's k tile straight into stage s (BM / 32 32-column boxes when column-major)
             const unsigned st = st0 + s * S_STAGE;
             if (!TG_TMA) {
                 load_tile<0, !TG_TRANS_A>(st, A, lda, m0, M, k0 + kt * BK, K, a_full(s), tid);
             } else if (tid == 0) {
-                tg_mbar_expect_tx(a_full(s), TILE);
+                tg_mbar_expect_tx(a_full(s), A_TILE);
                 if (TG_TRANS_A)
-                    for (int q = 0; q < 4; ++q) tg_tma_2d(st + q * 32 * BK * 4, &tA, m0 + 32 * q, k0 + kt * BK, a_full(s));
+                    for (int q = 0; q < BM / 32; ++q) tg_tma_2d(st + q * 32 * BK * 4, &tA, m0 + 32 * q, k0 + kt * BK, a_full(s));
                 else
                     tg_tma_2d(st, &tA, k0 + kt * BK, m0, a_full(s));
             }
@@ -196,8 +202,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
                 load_a(kt, s);
             }
             tg_mbar_wait(b_full(r), (kt / RS) & 1);
-            split_b<(bool)TG_TRANS_B>(reinterpret_cast<const float *>(smem + (rb0 - s0) + r * TILE), st + TILE,
-                                      st + 2 * TILE, tid);
+            split_b<(bool)TG_TRANS_B>(reinterpret_cast<const float *>(smem + (rb0 - s0) + r * TILE), st + A_TILE,
+                                      st + A_TILE + TILE, tid);
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // our stores, then wgmma's reads
             tg_mbar_arrive(s_full(s));
             asm volatile("bar.sync 1, 128;" ::: "memory");  // every producer thread is done with raw B stage r
@@ -215,7 +221,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     for (int i = 0; i < 64; ++i) acc[i] = lo[i] = big[i] = 0.0f;
     for (int kt = 0; kt < T; ++kt) {
         const int s = kt % SS;
-        const unsigned st = st0 + s * S_STAGE, bb = st + TILE, bs = st + 2 * TILE;
+        const unsigned st = st0 + s * S_STAGE, bb = st + A_TILE, bs = st + A_TILE + TILE;
         tg_mbar_wait(a_full(s), (kt / SS) & 1);
         const float *ra = reinterpret_cast<const float *>(smem + s * S_STAGE);
         tg_mbar_wait(s_full(s), (kt / SS) & 1);

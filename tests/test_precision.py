@@ -118,8 +118,8 @@ def test_on_hopper_tensor_core_calls_run_rung_10s_kernel_split_over_k(stubs, mon
 
     monkeypatch.setattr(dispatch, "_on_hopper_tensor_cores", lambda *a: True)
     monkeypatch.setattr(dispatch.gpu, "device_properties", lambda device=None: SimpleNamespace(sms=132))
-    monkeypatch.setattr(dispatch, "wgmma_launcher", lambda layout, device, p, tma: FakeLauncher(
-        registry.WGMMA_FAMILY, (("tg_mma_passes", p), ("tg_tma", int(tma))), 4, stubs.log))
+    monkeypatch.setattr(dispatch, "wgmma_launcher", lambda layout, device, p, tma, bm=128: FakeLauncher(
+        registry.WGMMA_FAMILY, (("tg_mma_passes", p), ("tg_tma", int(tma)), ("bm", bm)), 4, stubs.log))
     W = launch.WGMMA
     a, b = op("a", (64, 100000), ptr=PA), op("b", (100000, 64), ptr=PB)
     c, out = op("c", (64, 64), ptr=PD + 2**24), op("out", (64, 64), ptr=PD)
@@ -171,3 +171,52 @@ def test_on_hopper_tensor_core_calls_run_rung_10s_kernel_split_over_k(stubs, mon
     prog = dispatch.build(plan(a, b, op("out", (4096, 4096), ptr=PD), precision=precision), 0, (PA, PB, 0, PD),
                           lambda *k: pytest.fail("no mma.sync config is chosen"))
     assert prog.config["tg_tma"] == 0 and prog.config["pack"] == 0 and prog.steps[0].maps == ()
+
+
+def test_the_hopper_path_takes_64_row_tiles_where_128_rows_waste_the_gpu():
+    """One block an SM: 64-row tiles (one consumer warpgroup, 0.76 of a 128-row tile's time) where
+    128-row tiles would be mostly empty; 128 elsewhere; 128 only without TMA (the producer's
+    cp.async copies 128 rows).  Splits over K where the tiles leave SMs idle, not at short K."""
+    plan_ = selection.wgmma_plan
+    assert plan_(16, 4096, 4096)[0] == 64 and plan_(64, 8192, 4096)[0] == 64
+    for M, N, K in ((181, 13280, 4096), (256, 8192, 4096), (4096, 4096, 192), (4096, 4096, 4096), (8192, 8192, 8192)):
+        assert plan_(M, N, K)[0] == 128, (M, N, K)
+    assert plan_(16, 4096, 4096, rows=(128,))[0] == 128
+    assert plan_(4096, 4096, 4096)[1] == 1 and plan_(2578, 9931, 131)[1] == 1 and plan_(128, 2450, 7322)[1] > 2
+    for M, N, K in ((16, 4096, 4096), (64, 64, 100000), (5000, 5000, 5000), (300, 7000, 300)):
+        bm, splits, k_split = plan_(M, N, K)
+        assert k_split % 32 == 0 and (splits - 1) * k_split < K <= splits * k_split
+
+
+def test_the_hopper_path_s_predicted_time_never_falls_with_more_work():
+    """The least predicted time (which the plan takes, within 2%): more K, more rows or more columns
+    never faster; one split at a given tile: never faster with more K, rows or columns."""
+    rng = __import__("random").Random(7)
+
+    def best(M, N, K):  # the least predicted time (the plan takes one within 2% of it)
+        t = min(selection.wgmma_time(M, N, K, 132, bm, s)[0] for bm in (128, 64) for s in range(1, 129)
+                if s == 1 or K // s >= 256)
+        bm, splits, _ = selection.wgmma_plan(M, N, K)
+        assert selection.wgmma_time(M, N, K, 132, bm, splits)[0] <= t / 0.98 + 1e-9
+        return t
+
+    for _ in range(300):
+        M, N, K = (int(rng.uniform(1, 16384)) for _ in range(3))
+        t = best(M, N, K)
+        for more in ((M, N, K + 32), (M + 64, N, K), (M, N + 128, K)):
+            assert best(*more) >= t - 1e-9, ((M, N, K), more)
+        for bm in (128, 64):
+            t1 = selection.wgmma_time(M, N, K, 132, bm, 1)[0]
+            for more in ((M, N, K + 32), (M + bm, N, K), (M, N + 128, K)):
+                assert selection.wgmma_time(*more, 132, bm, 1)[0] >= t1 - 1e-9
+
+
+def test_the_64_row_tile_builds_and_is_checked():
+    F = registry.WGMMA_FAMILY
+    p = F.params({"bm": 64})
+    assert F.block(p) == (256, 1, 1) and F.tile(p) == (64, 128)
+    assert F.smem(p) < F.smem(F.params())
+    with pytest.raises(ConfigError, match="bm is 128"):
+        F.check(F.params({"bm": 64, "tg_tma": 0}), Limits.for_arch("sm_90"))
+    with pytest.raises(ConfigError, match="bm is 128"):
+        F.check(F.params({"bm": 32}), Limits.for_arch("sm_90"))

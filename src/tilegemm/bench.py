@@ -131,8 +131,9 @@ def measure(kernels, M, N, K, layout="NN", progress=None, batch=1, refs=(), case
             if prec == "fp32":
                 cfg, src = selection.select(dev, layout, M, N, K, batch)
             elif selection.hopper_tensor_cores(props) and batch == 1:  # dispatch's Hopper path: rung 10's kernel
-                cfg, src = {"splits": selection.wgmma_split(M, N, K, props.sms)[0],
-                            **_wgmma_copy(layout, M, N, K)}, "wgmma"
+                copy = _wgmma_copy(layout, M, N, K)
+                bm, splits, _ = selection.wgmma_plan(M, N, K, props.sms, (128, 64) if copy["tg_tma"] else (128,))
+                cfg, src = {"bm": bm, "splits": splits, **copy}, "wgmma"
             else:
                 cfg, src = selection.select_mma(dev, prec, layout, M, N, K, batch), "heuristic"
             entries.append(("tilegemm" if prec == "fp32" else f"tilegemm-{prec}",

@@ -268,8 +268,8 @@ def _on_hopper_tensor_cores(p, g, device) -> bool:
 
 
 def _wgmma_family(p, g, device, at, offs, beta) -> tuple[list[Step], int, dict]:
-    """The Hopper tensor-core path: rung 10's kernel, split over K where its 128 x 128 tiles leave
-    SMs idle (selection.wgmma_splits), the splits added by the reduction with alpha and beta; an
+    """The Hopper tensor-core path: rung 10's kernel on 128- or 64-row tiles, split over K where they
+    leave SMs idle (selection.wgmma_plan), the splits added by the reduction with alpha and beta; an
     operand TMA cannot read (rows not 16-byte aligned) copied first into aligned rows of the
     workspace (selection.wgmma_pack; beyond its limit the kernel's producer copies the tiles by
     cp.async).  The steps, the workspace (floats) and the config run."""
@@ -277,8 +277,9 @@ def _wgmma_family(p, g, device, at, offs, beta) -> tuple[list[Step], int, dict]:
     aligned = (vector_width((at[A], g.lda)) == 4, vector_width((at[B], g.ldb)) == 4)
     packed = [r * -(-c // 4) * 4 for r, c, _ in views]
     pack = selection.wgmma_pack(aligned, packed)
-    fn = wgmma_launcher(g.layout, device, registry.PRECISIONS[p.precision], pack is not None)
-    splits, k_split = selection.wgmma_split(g.M, g.N, g.K, gpu.device_properties(device).sms)
+    bm, splits, k_split = selection.wgmma_plan(g.M, g.N, g.K, gpu.device_properties(device).sms,
+                                               (128, 64) if pack is not None else (128,))
+    fn = wgmma_launcher(g.layout, device, registry.PRECISIONS[p.precision], pack is not None, bm)
     grid = fn.spec.grid(g.M, g.N, fn.params)
     ldw = -(-g.N // 4) * 4
     work = splits * g.M * ldw if splits > 1 else 0

@@ -136,11 +136,13 @@ def launcher(name: str, layout: str, vec: int, device: int, config: tuple = (), 
                    lambda: Launcher(spec, layout, vec, device, config, wide))
 
 
-def wgmma_launcher(layout: str, device: int, passes: int, tma: bool = True) -> Launcher:
+def wgmma_launcher(layout: str, device: int, passes: int, tma: bool = True, bm: int = 128) -> Launcher:
     """The tensor-core path's kernel on Hopper (registry.WGMMA_FAMILY) with 3 (TF32x3) or 1 (TF32)
-    passes, its tiles copied by TMA or (any alignment) by cp.async, then with three raw B stages (the
-    copies take longer to land: 62.4 against 61.3 TFLOPS at 4095^3, docs/perf-notes.md)."""
-    config = (("tg_mma_passes", passes), ("tg_tma", int(tma))) + ((("rs", 3),) if not tma else ())
+    passes, bm-row tiles (128, or 64 with TMA), its tiles copied by TMA or (any alignment) by
+    cp.async, then with three raw B stages (the copies take longer to land: 62.4 against 61.3
+    TFLOPS at 4095^3, docs/perf-notes.md)."""
+    config = (("tg_mma_passes", passes), ("tg_tma", int(tma))) + ((("rs", 3),) if not tma else ()) + (
+        (("bm", bm),) if bm != 128 else ())
     return _cached((registry.WGMMA_FAMILY.name, layout, device, config),
                    lambda: Launcher(registry.WGMMA_FAMILY, layout, 4, device, config))
 

@@ -332,13 +332,44 @@ def hopper_tensor_cores(props) -> bool:
     return f"sm_{props.major}{props.minor}a" in registry.WGMMA_FAMILY.archs
 
 
-def wgmma_split(M: int, N: int, K: int, sms: int = 132) -> tuple[int, int]:
-    """(splits, k_split) of the Hopper tensor-core path: wgmma_splits' count, each split's k range
-    rounded up to whole k tiles (so only the last split reads past K), and the count again from it."""
+# The Hopper path's time, in microseconds, for the plan below: a block (one an SM) takes
+# WGMMA_TILE_US plus WGMMA_K_TILE_US per k tile of 32 on a 128-row tile (at 4096^3: 108 TFLOPS, 1.24
+# us a k tile; at 4096 x 4096 x 192: 3.5 us besides), a 64-row tile (one consumer warpgroup)
+# WGMMA_ROW_TIME of that (measured at 4096^3: 71.6 against 108.7 TFLOPS, half the work at 66% of
+# the rate); split-K adds the reduction, a launch and a pass over the planes and D.
+# docs/perf-notes.md has the measurements.
+WGMMA_TILE_US, WGMMA_K_TILE_US = 3.5, 1.24
+WGMMA_ROW_TIME = {128: 1.0, 64: 0.76}
+WGMMA_REDUCE_US, WGMMA_REDUCE_BYTES_PER_US = 3.0, 2.5e6
+
+
+def wgmma_time(M: int, N: int, K: int, sms: int, bm: int, splits: int) -> tuple[float, int, int]:
+    """(predicted microseconds, splits, k_split) of the Hopper path on bm x 128 tiles split ``splits``
+    ways over K; k_split is rounded up to whole k tiles, so the splits may come out fewer."""
     bk = registry.WGMMA_FAMILY.defaults["bk"]
-    splits = wgmma_splits(M, N, K, sms)
     k_split = -(-(-(-K // splits)) // bk) * bk
-    return -(-K // k_split), k_split
+    splits = -(-K // k_split)
+    blocks = -(-M // bm) * -(-N // 128) * splits
+    t = -(-blocks // sms) * (WGMMA_TILE_US + k_split // bk * WGMMA_K_TILE_US * WGMMA_ROW_TIME[bm])
+    if splits > 1:
+        t += WGMMA_REDUCE_US + 4.0 * M * N * (splits + 1) / WGMMA_REDUCE_BYTES_PER_US
+    return t, splits, k_split
+
+
+def wgmma_plan(M: int, N: int, K: int, sms: int = 132, rows: tuple = (128, 64)) -> tuple[int, int, int]:
+    """(bm, splits, k_split) of the Hopper tensor-core path: the tile height (128, or 64 for products
+    whose rows leave 128-row tiles empty or too few) and its split over K (each split at least 256
+    long), whichever ``wgmma_time`` predicts fastest; the first of equals in the order 128 rows, then
+    64, fewer splits first.  ``rows``: the tile heights allowed (64 needs TMA)."""
+    best = None
+    for bm in rows:
+        for s in range(1, 129):
+            if s > 1 and K // s < 256:
+                break
+            t, splits, k_split = wgmma_time(M, N, K, sms, bm, s)
+            if best is None or t < best[0] * 0.98:
+                best = (t, bm, splits, k_split)
+    return best[1:]
 
 
 # the most floats of one operand the Hopper tensor-core path copies into aligned rows (1 GiB); a
@@ -354,22 +385,6 @@ def wgmma_pack(aligned: tuple, floats: tuple) -> int | None:
     if any(not ok and n > PACK_LIMIT for ok, n in zip(aligned, floats)):
         return None
     return sum(1 << i for i, ok in enumerate(aligned) if not ok)
-
-
-def wgmma_splits(M: int, N: int, K: int, sms: int = 132) -> int:
-    """Split-K for the Hopper tensor-core path (one block of its tile per SM): the count of splits,
-    each >= 512 long, that minimises waves / splits (the time of a block's share of K times the waves
-    it takes), the fewest where several tie."""
-    bm, bn = registry.WGMMA_FAMILY.tile(registry.WGMMA_FAMILY.defaults)
-    tiles = -(-M // bm) * -(-N // bn)
-    best, best_cost = 1, float(-(-tiles // sms))
-    for s in range(2, 129):
-        if K // s < 512:
-            break
-        cost = -(-tiles * s // sms) / s
-        if cost < best_cost * 0.95:
-            best, best_cost = s, cost
-    return best
 
 
 def check_config(cfg: dict, limits: Limits) -> list[str]:

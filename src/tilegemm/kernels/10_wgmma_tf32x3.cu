@@ -219,33 +219,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     float acc[64], big[64], lo[64];  // all of K in FP32; a k tile's big products; the small ones
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = lo[i] = big[i] = 0.0f;
-    if (TG_MMA_PASSES == 1) {
-        // TF32, one pass: its 10-bit operands dominate the error, so the products are summed on the
-        // tensor cores over all of K (as cuBLAS does) and the k tiles follow one another with no
-        // drain: one wgmma group per k step, one left in flight across tiles; a stage goes back to
-        // the producer at the second step of the next tile, once the wait there has seen its last
-        // group done
-        unsigned ab[2][4];
-        for (int kt = 0; kt < T; ++kt) {
-            const int s = kt % SS;
-            const unsigned bb = st0 + s * S_STAGE + A_TILE;
-            tg_mbar_wait(a_full(s), (kt / SS) & 1);
-            const float *ra = reinterpret_cast<const float *>(smem + s * S_STAGE);
-            tg_mbar_wait(s_full(s), (kt / SS) & 1);
-#pragma unroll
-            for (int j = 0; j < BK / 8; ++j) {
-                if (kt > 0 || j >= 2) tg_wgmma_wait<1>();
-                if (j == 1 && kt > 0) tg_mbar_arrive(s_empty((kt - 1) % SS));
-#pragma unroll
-                for (int e = 0; e < 4; ++e) ab[j % 2][e] = tg_tf32(a_at(ra, r0 + 8 * (e % 2), 8 * j + t + 4 * (e / 2)));
-                tg_wgmma_fence();
-                tg_wgmma_128_rs(acc, ab[j % 2], tg_desc(bb + j * 2 * LBO, LBO, SBO), 1);
-                tg_wgmma_commit();
-            }
-        }
-        tg_wgmma_wait<0>();
-    }
-    for (int kt = 0; kt < (TG_MMA_PASSES == 1 ? 0 : T); ++kt) {
+    for (int kt = 0; kt < T; ++kt) {
         const int s = kt % SS;
         const unsigned st = st0 + s * S_STAGE, bb = st + A_TILE, bs = st + A_TILE + TILE;
         tg_mbar_wait(a_full(s), (kt / SS) & 1);

@@ -48,9 +48,8 @@ def matmul(a, b, *, out=None, kernel: str | None = None, config: dict | None = N
     a: (..., M, K) or (K,); b: (..., K, N) or (K,); batch dimensions broadcast.  NumPy, CuPy, torch
     CUDA tensors, or anything with ``__cuda_array_interface__`` / ``__dlpack__``.  The result has
     a's array type (NumPy in, NumPy out; a CUDA-array-interface or DLPack object gives a CuPy
-    array).  GPU arrays are read in place in any row- or column-major layout (``a.T`` included)
-    and any batch strides (on Hopper's tensor-core path an operand whose rows are not 16-byte
-    aligned is first copied into an aligned workspace, freed with the call); no input is modified.  ``out``: optional float32 array to write into.
+    array).  GPU arrays are read in place in any row- or column-major layout (``a.T`` included) and
+    batch strides (Hopper's tensor cores: unaligned rows via a workspace copy); no input is modified.  ``out``: optional float32 array to write into.
     ``kernel``: a kernel name (``tilegemm.kernels()``); by default the production family with the
     config tuned for this GPU and shape.  ``config``: that kernel's parameters (e.g.
     ``{"bm": 64, "bk": 16, "bn": 64, "rm": 4, "rn": 4}`` for ``05_double_buffered``), checked

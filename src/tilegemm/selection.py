@@ -358,8 +358,8 @@ def wgmma_time(M: int, N: int, K: int, sms: int, bm: int, splits: int) -> tuple[
 
 def wgmma_plan(M: int, N: int, K: int, sms: int = 132, rows: tuple = (128, 64)) -> tuple[int, int, int]:
     """(bm, splits, k_split) of the Hopper tensor-core path: the tile height (128, or 64 for products
-    whose rows leave 128-row tiles empty or too few) and its split over K (each split at least 256
-    long), whichever ``wgmma_time`` predicts fastest; the first of equals in the order 128 rows, then
+    whose rows leave 128-row tiles empty or too few) and its split over K (s splits where K / s >= 256;
+    the last, after rounding to whole k tiles, may be shorter), whichever ``wgmma_time`` predicts fastest; the first of equals in the order 128 rows, then
     64, fewer splits first.  ``rows``: the tile heights allowed (64 needs TMA)."""
     best = None
     for bm in rows:

@@ -79,6 +79,37 @@ def test_tensor_core_paths_on_hopper(cp):
             assert _err(cp, got, ref) < TOL[prec], (M, N, K, prec)
 
 
+def test_the_copied_and_64_row_paths_on_hopper(cp):
+    """Fixed cases for what the random draws reach only by chance: both operands copied into aligned
+    rows and split over K with beta and C; a copied operand in a transposed layout with a
+    column-major result; the 64-row tile with C unaligned and D aligned; a one-row operand."""
+    rng = cp.random.default_rng(5)
+
+    def check(a, b, c, alpha, beta, out):
+        for prec in ("tf32x3", "tf32"):
+            out[...] = np.nan
+            got = tilegemm.gemm(a, b, c, alpha=alpha, beta=beta, out=out, precision=prec)
+            ref = alpha * (cp.asarray(a, np.float64) @ cp.asarray(b, np.float64))
+            if c is not None:
+                ref = ref + beta * cp.asarray(c, np.float64)
+            assert _err(cp, got, ref) < TOL[prec], (a.shape, b.shape, prec)
+
+    # both unaligned (rows of 20003 and 63 floats), few tiles: split over K, reduction with beta
+    a, b = rng.standard_normal((64, 20003), dtype=np.float32), rng.standard_normal((20003, 63), dtype=np.float32)
+    check(a, b, rng.standard_normal((64, 63), dtype=np.float32), 0.5, -2.0, cp.empty((64, 63), np.float32))
+    # A transposed with rows of 301 floats; a column-major result (the operands swap)
+    a = rng.standard_normal((777, 301), dtype=np.float32).T
+    b = rng.standard_normal((777, 130), dtype=np.float32)
+    check(a, b, None, 1.0, 0.0, cp.empty((130, 301), np.float32).T)
+    # few rows: the 64-row tile; C a view at an odd offset (4-byte aligned only), D aligned
+    a, b = rng.standard_normal((40, 2048), dtype=np.float32), rng.standard_normal((2048, 4096), dtype=np.float32)
+    c = rng.standard_normal((40 * 4096 + 1,), dtype=np.float32)[1:].reshape(40, 4096)
+    check(a, b, c, 1.5, 0.25, cp.empty((40, 4096), np.float32))
+    # one row of A whose leading dimension is odd (a row of a wider matrix)
+    a = rng.standard_normal((3, 1001), dtype=np.float32)[1:2, :1000]
+    check(a, rng.standard_normal((1000, 300), dtype=np.float32), None, 1.0, 0.0, cp.empty((1, 300), np.float32))
+
+
 def _err(cp, out, ref):
     return float(cp.linalg.norm(out.astype(np.float64) - ref) / cp.linalg.norm(ref))
 

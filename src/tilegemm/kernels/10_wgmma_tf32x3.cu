@@ -1,5 +1,5 @@
 // Rung 10 - 10_wgmma_tf32x3: Hopper's warpgroup mma, fed by TMA through an mbarrier pipeline, with
-// a producer warpgroup and two consumer warpgroups.  Follows the 3xTF32 split as rung 9 does, and
+// a producer warpgroup and two consumer warpgroups (one with -D BM=64).  Follows the 3xTF32 split as rung 9 does, and
 // the PTX ISA's wgmma / TMA / mbarrier sections (docs/sources.md); measured in docs/perf-notes.md.
 //
 // Changed from rung 9:
@@ -98,9 +98,9 @@ __device__ __forceinline__ void split_b(const float *raw, unsigned big, unsigned
     }
 }
 
-// Element (m, k) of the raw A tile (128 x BK) as TMA swizzled it: A row-major lands as [m][BK k],
+// Element (m, k) of the raw A tile (BM x BK) as TMA swizzled it: A row-major lands as [m][BK k],
 // rows of CH 16-byte chunks, chunk XOR (m CH / 8) % CH (TMA's 64- or 128-byte swizzle); A
-// column-major as four [BK k][32 m] boxes, 128-byte rows, chunk XOR k % 8.  Either way a warp's
+// column-major as BM / 32 [BK k][32 m] boxes, 128-byte rows, chunk XOR k % 8.  Either way a warp's
 // fragment reads hit distinct banks (2-way at worst).
 __device__ __forceinline__ int a_idx(int m, int k) {
     if (!TG_TRANS_A) return m * BK + ((((k / 4) ^ (m * CH / 8)) & (CH - 1)) * 4) + k % 4;

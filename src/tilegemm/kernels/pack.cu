@@ -8,7 +8,7 @@
 // of 4 and dst is 16-byte aligned, so each thread writes one float4 (the columns past cols as zeros:
 // TMA's view stops at cols, they are never read).  The source is read one float at a time (its rows
 // start anywhere); consecutive threads take consecutive column groups, so a warp reads 512
-// consecutive bytes of a row.
+// consecutive bytes of a row (rows of more than 124 floats; narrower rows: a warp spans several).
 // Grid: GPR (runtime, a power of two dividing 256) column groups of 4 per row and 256 / GPR rows per
 // block, so that narrow rows still fill the block; blocks along x take further column groups, along
 // y further rows (grid-stride).  64-bit offsets.

@@ -105,8 +105,7 @@ def _wgmma_copy(layout: str, M: int, N: int, K: int) -> dict:
     into aligned rows first (selection.wgmma_pack), and "tg_tma" (0: the producer's cp.async)."""
     va = (M, K) if layout[0] == "N" else (K, M)
     vb = (K, N) if layout[1] == "N" else (N, K)
-    aligned = tuple(c % 4 == 0 or r == 1 for r, c in (va, vb))  # contiguous: rows of c floats
-    pack = selection.wgmma_pack(aligned, tuple(r * -(-c // 4) * 4 for r, c in (va, vb)))
+    pack = selection.wgmma_pack((va[1] % 4 == 0, vb[1] % 4 == 0), tuple(r * -(-c // 4) * 4 for r, c in (va, vb)))
     return {"pack": pack or 0, "tg_tma": int(pack is not None)}
 
 

@@ -274,8 +274,7 @@ def _wgmma_family(p, g, device, at, offs, beta) -> tuple[list[Step], int, dict]:
     workspace (selection.wgmma_pack; beyond its limit the kernel's producer copies the tiles by
     cp.async).  The steps, the workspace (floats) and the config run."""
     views = _views(g)
-    # a one-row view's leading dimension is never used (tma.encoder): its pointer alone must be aligned
-    aligned = tuple(vector_width((at[x], v[2] if v[0] > 1 else 4)) == 4 for x, v in zip((A, B), views))
+    aligned = (vector_width((at[A], g.lda)) == 4, vector_width((at[B], g.ldb)) == 4)
     packed = [r * -(-c // 4) * 4 for r, c, _ in views]
     pack = selection.wgmma_pack(aligned, packed)
     bm, splits, k_split = selection.wgmma_plan(g.M, g.N, g.K, gpu.device_properties(device).sms,

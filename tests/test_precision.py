@@ -7,7 +7,7 @@ import inspect
 import pytest
 
 import tilegemm
-from tilegemm import bench, dispatch, launch, registry, selection
+from tilegemm import bench, dispatch, hopper, launch, registry, selection
 from tilegemm.errors import ConfigError
 from tilegemm.occupancy import Limits
 from tilegemm.plan import plan
@@ -166,7 +166,7 @@ def test_on_hopper_tensor_core_calls_run_rung_10s_kernel_split_over_k(stubs, mon
     assert [(m[1], m[2]) for m in mm.maps] == [(launch.W, 4 * da), (launch.W, 4 * db)]
     assert prog.work_floats == db + 99999 * 64
     # past the copy limit the producer copies the tiles itself (cp.async), no tensor maps
-    monkeypatch.setattr(selection, "PACK_LIMIT", 1000)
+    monkeypatch.setattr(hopper, "PACK_LIMIT", 1000)
     a, b = op("a", (4096, 511), ptr=PA), op("b", (511, 4096), ptr=PB)
     prog = dispatch.build(plan(a, b, op("out", (4096, 4096), ptr=PD), precision=precision), 0, (PA, PB, 0, PD),
                           lambda *k: pytest.fail("no mma.sync config is chosen"))
@@ -177,7 +177,7 @@ def test_the_hopper_path_takes_64_row_tiles_where_128_rows_waste_the_gpu():
     """One block an SM: 64-row tiles (one consumer warpgroup, 0.76 of a 128-row tile's time) where
     128-row tiles would be mostly empty; 128 elsewhere; 128 only without TMA (the producer's
     cp.async copies 128 rows).  Splits over K where the tiles leave SMs idle, not at short K."""
-    plan_ = selection.wgmma_plan
+    plan_ = hopper.wgmma_plan
     assert plan_(16, 4096, 4096)[0] == 64 and plan_(64, 8192, 4096)[0] == 64
     for M, N, K in ((181, 13280, 4096), (256, 8192, 4096), (4096, 4096, 192), (4096, 4096, 4096), (8192, 8192, 8192)):
         assert plan_(M, N, K)[0] == 128, (M, N, K)
@@ -194,10 +194,10 @@ def test_the_hopper_path_s_predicted_time_never_falls_with_more_work():
     rng = __import__("random").Random(7)
 
     def best(M, N, K):  # the least predicted time (the plan takes one within 2% of it)
-        t = min(selection.wgmma_time(M, N, K, 132, bm, s)[0] for bm in (128, 64) for s in range(1, 129)
+        t = min(hopper.wgmma_time(M, N, K, 132, bm, s)[0] for bm in (128, 64) for s in range(1, 129)
                 if s == 1 or K // s >= 256)
-        bm, splits, _ = selection.wgmma_plan(M, N, K)
-        assert selection.wgmma_time(M, N, K, 132, bm, splits)[0] <= t / 0.98 + 1e-9
+        bm, splits, _ = hopper.wgmma_plan(M, N, K)
+        assert hopper.wgmma_time(M, N, K, 132, bm, splits)[0] <= t / 0.98 + 1e-9
         return t
 
     for _ in range(300):
@@ -206,9 +206,9 @@ def test_the_hopper_path_s_predicted_time_never_falls_with_more_work():
         for more in ((M, N, K + 32), (M + 64, N, K), (M, N + 128, K)):
             assert best(*more) >= t - 1e-9, ((M, N, K), more)
         for bm in (128, 64):
-            t1 = selection.wgmma_time(M, N, K, 132, bm, 1)[0]
+            t1 = hopper.wgmma_time(M, N, K, 132, bm, 1)[0]
             for more in ((M, N, K + 32), (M + bm, N, K), (M, N + 128, K)):
-                assert selection.wgmma_time(*more, 132, bm, 1)[0] >= t1 - 1e-9
+                assert hopper.wgmma_time(*more, 132, bm, 1)[0] >= t1 - 1e-9
 
 
 def test_the_64_row_tile_builds_and_is_checked():

@@ -23,5 +23,7 @@ def test_every_run_takes_every_place_in_the_turn(monkeypatch):
     # five turns of batches of one, 2 calls each; every turn takes each run once, in a new order
     turns = [order[12 + 6 * t: 18 + 6 * t: 2] for t in range(5)]
     assert len(order) == 12 + 6 * 5 and all(sorted(t) == [0, 1, 2] for t in turns)
-    predecessors = {(t[k - 1], t[k]) for t in turns for k in range(1, 3)}
-    assert len(predecessors) > 2  # not always the same run before another
+    # some run follows different runs in different turns (a fixed order or a rotation gives every
+    # run one predecessor within the turns)
+    before = {j: {t[k - 1] for t in turns for k in (1, 2) if t[k] == j} for j in range(3)}
+    assert any(len(b) > 1 for b in before.values()), before

@@ -383,13 +383,19 @@ def test_compiled_fullgraph_mlp_matches_eager_with_dynamic_batches(cpu_tilegemm,
     torch._dynamo.reset()
 
 
-def test_compiled_graph_holds_the_operators(cpu_tilegemm):
+def _capturing_backend():
+    """A torch.compile backend that keeps the graphs it is given and runs them as they are."""
     graphs = []
 
     def backend(gm, inputs):
         graphs.append(gm)
         return gm.forward
 
+    return graphs, backend
+
+
+def test_compiled_graph_holds_the_operators(cpu_tilegemm):
+    graphs, backend = _capturing_backend()
     torch._dynamo.reset()
     fn = torch.compile(lambda x, w, c: tgt.gemm(x, w.mT, c, alpha=2.0, beta=1.0), backend=backend, fullgraph=True)
     x, w, c = torch.randn(4, 6), torch.randn(5, 6), torch.randn(5)
@@ -575,12 +581,7 @@ def test_replace_linear_gives_the_layers_its_precision(cpu_tilegemm):
 
 
 def test_compiled_linear_keeps_its_precision(cpu_tilegemm):
-    graphs = []
-
-    def backend(gm, inputs):
-        graphs.append(gm)
-        return gm.forward
-
+    graphs, backend = _capturing_backend()
     torch._dynamo.reset()
     layer = tgt.Linear(6, 5, precision="tf32x3")
     fn = torch.compile(layer, backend=backend, fullgraph=True)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import api, gpu, registry, selection, timing
+from . import api, gpu, hopper, registry, selection, timing
 from .errors import UnsupportedOperands
 
 TOLERANCE = timing.TOLERANCE
@@ -102,10 +102,9 @@ def available_references() -> list[str]:
 
 def _wgmma_copy(layout: str, M: int, N: int, K: int) -> dict:
     """How the Hopper path reads the bench's contiguous operands: "pack", the mask of those copied
-    into aligned rows first (selection.wgmma_pack), and "tg_tma" (0: the producer's cp.async)."""
-    va = (M, K) if layout[0] == "N" else (K, M)
-    vb = (K, N) if layout[1] == "N" else (N, K)
-    pack = selection.wgmma_pack((va[1] % 4 == 0, vb[1] % 4 == 0), tuple(r * -(-c // 4) * 4 for r, c in (va, vb)))
+    into aligned rows first (hopper.wgmma_pack), and "tg_tma" (0: the producer's cp.async)."""
+    views = hopper.wgmma_views(layout, M, N, K)
+    pack = hopper.wgmma_pack(tuple(cols % 4 == 0 for _, cols in views), views)  # contiguous: rows of cols
     return {"pack": pack or 0, "tg_tma": int(pack is not None)}
 
 
@@ -130,9 +129,9 @@ def measure(kernels, M, N, K, layout="NN", progress=None, batch=1, refs=(), case
             props = gpu.device_properties(dev)
             if prec == "fp32":
                 cfg, src = selection.select(dev, layout, M, N, K, batch)
-            elif selection.hopper_tensor_cores(props) and batch == 1:  # dispatch's Hopper path: rung 10's kernel
+            elif hopper.hopper_tensor_cores(props) and batch == 1:  # dispatch's Hopper path: rung 10's kernel
                 copy = _wgmma_copy(layout, M, N, K)
-                bm, splits, _ = selection.wgmma_plan(M, N, K, props.sms, (128, 64) if copy["tg_tma"] else (128,))
+                bm, splits, _ = hopper.wgmma_plan(M, N, K, props.sms, (128, 64) if copy["tg_tma"] else (128,))
                 cfg, src = {"bm": bm, "splits": splits, **copy}, "wgmma"
             else:
                 cfg, src = selection.select_mma(dev, prec, layout, M, N, K, batch), "heuristic"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import gpu, registry, selection
+from . import gpu, hopper, registry
 from .arrays import UNKNOWN, Operand, describe
 from .errors import UnsupportedOperands
 from .launch import (GEMM, PACK, REDUCE, RUNG, WGMMA, A, B, C, D, W, Program, Step, launcher, packer, reducer,
@@ -239,17 +239,10 @@ def _tma_step(p, g, fn, grid, at, offs, vec, splits=1, k_split=None, out=D, ldd=
                 strides=(4 * sd, 4 * sc, 4 * sa, 4 * sb), maps=maps)
 
 
-def _views(g) -> tuple:
-    """(rows, cols, ld) of A and of B as rung 10's tensor maps read them: rows of ld floats, cols contiguous."""
-    va = (g.M, g.K, g.lda) if g.layout[0] == "N" else (g.K, g.M, g.lda)
-    vb = (g.K, g.N, g.ldb) if g.layout[1] == "N" else (g.N, g.K, g.ldb)
-    return va, vb
-
-
-def _pack_step(device, view, which, off, dst) -> Step:
-    """Copy operand ``which`` (its view: rows, cols, ld; at byte offset ``off``) into the workspace at
-    byte offset ``dst``, in rows of cols rounded up to 4 floats (pack.cu)."""
-    rows, cols, ld = view
+def _pack_step(device, view, ld, which, off, dst) -> Step:
+    """Copy operand ``which`` (its view: rows, cols, rows ``ld`` apart; at byte offset ``off``) into the
+    workspace at byte offset ``dst``, in rows of cols rounded up to 4 floats (pack.cu)."""
+    rows, cols = view
     fn = packer(device)
     groups = -(-cols // 4)
     gpr = min(256, 1 << max(0, (groups - 1).bit_length()))  # column groups a block takes from each row
@@ -264,32 +257,31 @@ def _on_hopper_tensor_cores(p, g, device) -> bool:
     launch, no config named (a config names the mma.sync family)."""
     if p.precision == "fp32" or p.config or g.count != 1:
         return False
-    return selection.hopper_tensor_cores(gpu.device_properties(device))
+    return hopper.hopper_tensor_cores(gpu.device_properties(device))
 
 
 def _wgmma_family(p, g, device, at, offs, beta) -> tuple[list[Step], int, dict]:
     """The Hopper tensor-core path: rung 10's kernel on 128- or 64-row tiles, split over K where they
-    leave SMs idle (selection.wgmma_plan), the splits added by the reduction with alpha and beta; an
+    leave SMs idle (hopper.wgmma_plan), the splits added by the reduction with alpha and beta; an
     operand TMA cannot read (rows not 16-byte aligned) copied first into aligned rows of the
-    workspace (selection.wgmma_pack; beyond its limit the kernel's producer copies the tiles by
+    workspace (hopper.wgmma_pack; beyond its limit the kernel's producer copies the tiles by
     cp.async).  The steps, the workspace (floats) and the config run."""
-    views = _views(g)
+    views = hopper.wgmma_views(g.layout, g.M, g.N, g.K)
     aligned = (vector_width((at[A], g.lda)) == 4, vector_width((at[B], g.ldb)) == 4)
-    packed = [r * -(-c // 4) * 4 for r, c, _ in views]
-    pack = selection.wgmma_pack(aligned, packed)
-    bm, splits, k_split = selection.wgmma_plan(g.M, g.N, g.K, gpu.device_properties(device).sms,
+    pack = hopper.wgmma_pack(aligned, views)
+    bm, splits, k_split = hopper.wgmma_plan(g.M, g.N, g.K, gpu.device_properties(device).sms,
                                                (128, 64) if pack is not None else (128,))
     fn = wgmma_launcher(g.layout, device, registry.PRECISIONS[p.precision], pack is not None, bm)
     grid = fn.spec.grid(g.M, g.N, fn.params)
     ldw = -(-g.N // 4) * 4
     work = splits * g.M * ldw if splits > 1 else 0
     steps, src = [], [(A, offs[A], g.lda), (B, offs[B], g.ldb)]
-    for i, which in enumerate((A, B)):
+    for i, (which, ld) in enumerate(((A, g.lda), (B, g.ldb))):
         if pack and pack & (1 << i):
             dst = -(-work // 64) * 64  # floats; 256-byte aligned
-            steps.append(_pack_step(device, views[i], which, offs[which], 4 * dst))
+            steps.append(_pack_step(device, views[i], ld, which, offs[which], 4 * dst))
             src[i] = (W, 4 * dst, -(-views[i][1] // 4) * 4)
-            work = dst + packed[i]
+            work = dst + hopper.wgmma_packed(views[i])
     config = {**fn.params, "splits": splits, "pack": pack or 0}
     if splits == 1:
         steps.append(_tma_step(p, g, fn, grid, at, offs, 4, alpha=p.alpha, beta=beta, src=src))

@@ -119,6 +119,8 @@ _register(KernelSpec(
 ))
 
 _BK_8_OR_16 = _c("bk is 8 or 16 (a warp-wide float4 split of the tile)", lambda p, lim: p["bk"] in (8, 16))
+_STAGES_2_4 = _c("stages is 2, 3 or 4", lambda p, lim: p["stages"] in (2, 3, 4))
+_SWIZZLE = _c("swizzle >= 0", lambda p, lim: p["swizzle"] >= 0)
 
 
 def _tile128(name: str, summary: str, source: str, defaults: dict, *constraints, linear_grid=False) -> KernelSpec:
@@ -142,12 +144,17 @@ _register(KernelSpec(
     block=lambda p: (256, 1, 1), tile=lambda p: (256, 128), vec=True, linear_grid=True,
     smem=lambda p: p["stages"] * 8 * (260 + 132) * 4,
     constraints=(
-        _c("stages is 2, 3 or 4", lambda p, lim: p["stages"] in (2, 3, 4)),
-        _c("swizzle >= 0", lambda p, lim: p["swizzle"] >= 0),
+        _STAGES_2_4,
+        _SWIZZLE,
         _c("ln is 2, 4, 8 or 16 (warps of 32/ln x ln threads on a 16 x 16 thread grid)",
            lambda p, lim: p["ln"] in (2, 4, 8, 16)),
     ),
 ))
+
+
+def _mma_smem(p) -> int:
+    """Rung 9's shared memory: stages of [A 64 + 4 | B 128 + 4] floats a k row, bk rows."""
+    return p["stages"] * p["bk"] * 200 * 4
 
 
 _register(KernelSpec(
@@ -158,14 +165,14 @@ _register(KernelSpec(
     # 46.2 at 4095^3 against 51.0 at bk 8: docs/perf-notes.md)
     defaults={"bk": 8, "stages": 3, "swizzle": 8},
     block=lambda p: (128, 1, 1), tile=lambda p: (64, 128), vec=True, linear_grid=True,
-    smem=lambda p: p["stages"] * p["bk"] * 200 * 4,  # [A 64 + 4 | B 128 + 4] floats a k row
+    smem=_mma_smem,
     precision="tf32x3", extra={"TG_MMA_PASSES": 3},
     constraints=(
         _c("bk is 8, 16 or 32 (whole mma k steps)", lambda p, lim: p["bk"] in (8, 16, 32)),
-        _c("stages is 2, 3 or 4", lambda p, lim: p["stages"] in (2, 3, 4)),
-        _c("swizzle >= 0", lambda p, lim: p["swizzle"] >= 0),
+        _STAGES_2_4,
+        _SWIZZLE,
         _c("stages * bk * 200 * 4 bytes <= shared memory per block",
-           lambda p, lim: p["stages"] * p["bk"] * 200 * 4 <= lim.smem_per_block_optin),
+           lambda p, lim: _mma_smem(p) <= lim.smem_per_block_optin),
     ),
 ))
 
@@ -183,7 +190,7 @@ _register(KernelSpec(
     defaults={"bk": 32, "rs": 2, "ss": 3, "swizzle": 8, "tg_tma": 1, "bm": 128},
     block=lambda p: (128 * (1 + p["bm"] // 64), 1, 1), tile=lambda p: (p["bm"], 128), linear_grid=True,
     entry="tilegemm_wgmma",
-    smem=lambda p: _wgmma_smem(p),
+    smem=_wgmma_smem,
     precision="tf32x3", extra={"TG_MMA_PASSES": 3}, archs=("sm_90a",),
     constraints=(
         _c("bk is 16 or 32 (a row of A is one 64- or 128-byte swizzle span)", lambda p, lim: p["bk"] in (16, 32)),
@@ -194,7 +201,7 @@ _register(KernelSpec(
            lambda p, lim: p["bm"] == 128 or (p["bm"] == 64 and p["tg_tma"] == 1)),
         _c("(128 rs + (bm + 256) ss) * 4 * bk bytes <= shared memory per block",
            lambda p, lim: _wgmma_smem(p) <= lim.smem_per_block_optin),
-        _c("swizzle >= 0", lambda p, lim: p["swizzle"] >= 0),
+        _SWIZZLE,
     ),
 ))
 
@@ -259,7 +266,7 @@ FAMILY_CONSTRAINTS = (
        lambda p, lim: p["minb"] >= 0 and p["minb"] * _threads(p) <= lim.max_threads_per_sm
        and p["minb"] * (family_smem(p) + 1024) <= lim.smem_per_sm
        and family_regs_estimate(p) <= min(255, lim.regs_per_sm // max(1, p["minb"] * _threads(p)))),
-    _c("swizzle >= 0", lambda p, lim: p["swizzle"] >= 0),
+    _SWIZZLE,
     _c("splits >= 1", lambda p, lim: p["splits"] >= 1),
     _c("order is 0 (FFMAs row by row) or 1 (serpentine rows)", lambda p, lim: p["order"] in (0, 1)),
     _c("sk is 0 (a block per tile), 1 (stream-K, which takes splits = 1) or 2 (split-K summed in the kernel)",

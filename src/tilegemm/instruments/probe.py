@@ -188,7 +188,7 @@ def fp32_peak(iters: int = 8192, chains: int = 16) -> float:
 def tf32_peak(iters: int = 4096, group: int = 4) -> float | None:
     """TF32 tensor-core throughput in TFLOPS (wgmma m64n128k8, A in registers, B in shared memory, as
     the tensor-core rungs run it): the median of several launches of a block per SM; None below sm_90."""
-    from ..selection import hopper_tensor_cores
+    from ..hopper import hopper_tensor_cores
 
     props = gpu.device_properties()
     if not hopper_tensor_cores(props):

@@ -1,0 +1,78 @@
+"""The Hopper tensor-core path's plan (precision tf32x3 / tf32 on sm_90, a single product): whether a
+GPU runs it, which operands are copied into 16-byte aligned rows for TMA, and the tile height and
+split over K from a predicted time.  Used by dispatch (what runs) and bench (what it records)."""
+
+from __future__ import annotations
+
+from . import registry
+
+
+def hopper_tensor_cores(props) -> bool:
+    """Whether tensor-core calls on this GPU run rung 10's kernel (wgmma and TMA need sm_90a)."""
+    return f"sm_{props.major}{props.minor}a" in registry.WGMMA_FAMILY.archs
+
+
+# The Hopper path's time, in microseconds, for the plan below: a block (one an SM) takes
+# WGMMA_TILE_US plus WGMMA_K_TILE_US per k tile of 32 on a 128-row tile (at 4096^3: 108 TFLOPS, 1.24
+# us a k tile; at 4096 x 4096 x 192: 3.5 us besides), a 64-row tile (one consumer warpgroup)
+# WGMMA_ROW_TIME of that (measured at 4096^3: 71.6 against 108.7 TFLOPS, half the work at 66% of
+# the rate); split-K adds the reduction, a launch and a pass over the planes and D.
+# docs/perf-notes.md has the measurements.
+WGMMA_TILE_US, WGMMA_K_TILE_US = 3.5, 1.24
+WGMMA_ROW_TIME = {128: 1.0, 64: 0.76}
+WGMMA_REDUCE_US, WGMMA_REDUCE_BYTES_PER_US = 3.0, 2.5e6
+
+
+def wgmma_time(M: int, N: int, K: int, sms: int, bm: int, splits: int) -> tuple[float, int, int]:
+    """(predicted microseconds, splits, k_split) of the Hopper path on bm x 128 tiles split ``splits``
+    ways over K; k_split is rounded up to whole k tiles, so the splits may come out fewer."""
+    bk = registry.WGMMA_FAMILY.defaults["bk"]
+    k_split = -(-(-(-K // splits)) // bk) * bk
+    splits = -(-K // k_split)
+    blocks = -(-M // bm) * -(-N // 128) * splits
+    t = -(-blocks // sms) * (WGMMA_TILE_US + k_split // bk * WGMMA_K_TILE_US * WGMMA_ROW_TIME[bm])
+    if splits > 1:
+        t += WGMMA_REDUCE_US + 4.0 * M * N * (splits + 1) / WGMMA_REDUCE_BYTES_PER_US
+    return t, splits, k_split
+
+
+def wgmma_plan(M: int, N: int, K: int, sms: int = 132, rows: tuple = (128, 64)) -> tuple[int, int, int]:
+    """(bm, splits, k_split) of the Hopper tensor-core path: the tile height (128, or 64 for products
+    whose rows leave 128-row tiles empty or too few) and its split over K (s splits where K / s >= 256;
+    the last, after rounding to whole k tiles, may be shorter), whichever ``wgmma_time`` predicts fastest; the first of equals in the order 128 rows, then
+    64, fewer splits first.  ``rows``: the tile heights allowed (64 needs TMA)."""
+    best = None
+    for bm in rows:
+        for s in range(1, 129):
+            if s > 1 and K // s < 256:
+                break
+            t, splits, k_split = wgmma_time(M, N, K, sms, bm, s)
+            if best is None or t < best[0] * 0.98:
+                best = (t, bm, splits, k_split)
+    return best[1:]
+
+
+# the most floats of one operand the Hopper tensor-core path copies into aligned rows (1 GiB); a
+# larger unaligned operand is copied tile by tile by the kernel's producer (cp.async) instead
+PACK_LIMIT = 1 << 28
+
+
+def wgmma_views(layout: str, M: int, N: int, K: int) -> tuple:
+    """(rows, cols) of A and of B as the Hopper path's tensor maps read them (cols contiguous)."""
+    return ((M, K) if layout[0] == "N" else (K, M)), ((K, N) if layout[1] == "N" else (N, K))
+
+
+def wgmma_packed(view: tuple) -> int:
+    """Floats of an operand's copy in aligned rows: its rows of cols rounded up to 4."""
+    rows, cols = view
+    return rows * -(-cols // 4) * 4
+
+
+def wgmma_pack(aligned: tuple, views: tuple) -> int | None:
+    """Which operands the Hopper tensor-core path copies into 16-byte aligned rows before rung 10's
+    kernel reads them by TMA: a bit mask (1: A, 2: B) of those not ``aligned`` (``views``: their
+    wgmma_views); None where such an operand's copy would hold more than PACK_LIMIT floats, and the
+    kernel's producer copies the tiles with cp.async instead."""
+    if any(not ok and wgmma_packed(v) > PACK_LIMIT for ok, v in zip(aligned, views)):
+        return None
+    return sum(1 << i for i, ok in enumerate(aligned) if not ok)

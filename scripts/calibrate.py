@@ -1,9 +1,10 @@
 """Calibration data for the selection's cost model: every candidate of tilegemm.model timed on a
 random draw of shapes, cuBLAS beside, each candidate checked against float64 first.
 
-usage: python scripts/calibrate.py --seed S --n N [--lo L --hi H --min-macs X] [--out DIR] [--target-s T]
-(--lo, --hi, --min-macs: the draw's bounds, by default the bench's; e.g. --lo 16 --hi 1024
---min-macs 0 draws small products, where a block's latency rules)
+usage: python scripts/calibrate.py --seed S --n N [--small] [--out DIR] [--target-s T]
+(--small: small products, the draw of tilegemm.suites.SMALL_DRAW, every candidate and cuBLAS timed
+from CUDA graphs, since there the host takes longer per call than the GPU; the file is named
+calibration-small-s<S>)
 Writes DIR (default $OUT, else benchmarks/results)/<gpu>-<date>-calibration-s<S>.json (kind
 "calibration"), rewritten after every shape so that a run cut short keeps what it measured.  Rows:
 the shape, the candidate's name and config, ms, TFLOPS and relative error; per config the blocks
@@ -23,9 +24,7 @@ def main(argv=None) -> int:
     p.add_argument("--n", type=int, default=40)
     p.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
     p.add_argument("--target-s", type=float, default=0.1)
-    p.add_argument("--lo", type=int, default=suites.DRAW["lo"])
-    p.add_argument("--hi", type=int, default=suites.DRAW["hi"])
-    p.add_argument("--min-macs", type=int, default=suites.DRAW["min_macs"])
+    p.add_argument("--small", action="store_true", help="small products, timed from CUDA graphs")
     args = parse_args(p, argv)
     return args if isinstance(args, int) else run_command(run, args)
 
@@ -34,9 +33,8 @@ def run(args) -> int:
     cupy = gpu.cupy()
     dev = gpu.current_device()
     props = gpu.device_properties(dev)
-    draw = {**suites.DRAW, "lo": args.lo, "hi": args.hi, "min_macs": args.min_macs}
-    shapes = suites.random_shapes(args.n, args.seed, lo=draw["lo"], hi=draw["hi"], min_macs=draw["min_macs"],
-                                  max_bytes=draw["max_bytes"])
+    draw = dict(suites.SMALL_DRAW if args.small else suites.DRAW)
+    shapes = suites.random_shapes(args.n, args.seed, **draw)
     configs = {}
     for M, N, K, _, _ in shapes:
         configs.update(dict(model.candidates(M, N, K, 1, props.sms)))
@@ -50,15 +48,15 @@ def run(args) -> int:
         occupancy[name] = fn.resident_blocks() // props.sms
     rows = []
     doc = results.document(rows, cmd=results.command(prog="python scripts/calibrate.py"), kind="calibration",
-                           seed=args.seed, n=args.n, draw=draw, configs=configs,
-                           blocks_per_sm=occupancy)
+                           seed=args.seed, n=args.n, draw=draw, timer="graph" if args.small else "events",
+                           configs=configs, blocks_per_sm=occupancy)
     for i, (M, N, K, layout, count) in enumerate(shapes):
         cands = model.candidates(M, N, K, count, props.sms)
         sets, outs = timing.input_sets(M, N, K, layout, count)
         cublas = timing.time_launches(lambda j: cupy.matmul(*sets[j], out=outs[j]), len(sets),
-                                      target_s=args.target_s, batch_ms=5.0)
+                                      target_s=args.target_s, batch_ms=5.0, graph=args.small)
         tried = autotune.measure([c for _, c in cands], M, N, K, count, layout, dev, api.matmul,
-                                 target_s=args.target_s)
+                                 target_s=args.target_s, graph=args.small)
         for (name, _), t in zip(cands, tried):
             rows.append({"M": M, "N": N, "K": K, "layout": layout, "batch": count, "candidate": name,
                          "config": t["config"], "ms": t["ms"], "tflops": t["tflops"], "rel_err": t["rel_err"],
@@ -67,7 +65,7 @@ def run(args) -> int:
         print(f"[{i + 1}/{len(shapes)}] {M}x{N}x{K}: cuBLAS {2e-9 * M * N * K / cublas:.1f}, best "
               f"{best['tflops']:.1f} ({cands[tried.index(best)][0]}), {time.time() - t0:.0f} s", flush=True)
         doc["rows"] = rows
-        results.write(doc, args.out, f"calibration-s{args.seed}")
+        results.write(doc, args.out, f"calibration-{'small-' if args.small else ''}s{args.seed}")
     return 0
 
 

@@ -29,6 +29,8 @@ def test_more_work_is_never_predicted_faster(fitted):
     c, per_sm = fitted["constants"], fitted["blocks_per_sm"]
     for M, N, K in _shapes(120):
         for name, cfg in model.candidates(M, N, K):
+            if model.build(name) not in per_sm:  # a tile this set of constants was not fitted for
+                continue
             r = per_sm[model.build(name)]
             t = model.predict(c, name, cfg, M, N, K, 1, r, 132)
             assert t > 0

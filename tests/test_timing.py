@@ -27,3 +27,45 @@ def test_every_run_takes_every_place_in_the_turn(monkeypatch):
     # run one predecessor within the turns)
     before = {j: {t[k - 1] for t in turns for k in (1, 2) if t[k] == j} for j in range(3)}
     assert any(len(b) > 1 for b in before.values()), before
+
+
+def test_graph_timing_captures_each_batch_once_and_replays_it(monkeypatch):
+    calls, captured, launched = [], [], []
+
+    class Event:
+        def record(self, stream):
+            pass
+
+        def synchronize(self):
+            pass
+
+    class Stream:
+        capturing = False
+
+        def __init__(self, non_blocking=False):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def begin_capture(self):
+            Stream.capturing = True
+
+        def end_capture(self):
+            Stream.capturing = False
+            graph = SimpleNamespace(launch=lambda stream: launched.append(graph))
+            captured.append(graph)
+            return graph
+
+    cuda = SimpleNamespace(Stream=Stream, Event=Event, get_elapsed_time=lambda a, b: 1.0)
+    monkeypatch.setattr(gpu, "cupy", lambda: SimpleNamespace(cuda=cuda))
+    runs = [lambda i, j=j: calls.append((j, i, Stream.capturing)) for j in range(2)]
+    ms = timing.time_interleaved(runs, n_sets=3, target_s=0.0, batch_ms=1.0, graph=True)
+    assert len(ms) == 2 and len(captured) == 2
+    # every timed batch is a replay (the graph's first launch is the warm-up replay), and the calls
+    # made while capturing are the batch's calls
+    assert len(launched) == 2 * (1 + 5) and {id(g) for g in launched} == {id(g) for g in captured}
+    assert sum(c[2] for c in calls) == 2

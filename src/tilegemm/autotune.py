@@ -220,10 +220,11 @@ def tune_shape(device: int, layout: str, M: int, N: int, K: int, count: int = 1,
             "seconds": time.perf_counter() - start}
 
 
-def measure(cfgs: list[dict], M, N, K, count, layout, device, matmul, progress=None, target_s: float = 0.15) -> list[dict]:
+def measure(cfgs: list[dict], M, N, K, count, layout, device, matmul, progress=None, target_s: float = 0.15,
+            graph: bool = False) -> list[dict]:
     """Each config checked against float64 (one set of inputs for all), then timed alone on rotating
-    input sets: [{"config", "rel_err", "ms", "tflops"}] (ms and tflops None where the check failed,
-    and "error" where the call raised)."""
+    input sets (``graph``: replayed from CUDA graphs, the GPU's time alone): [{"config", "rel_err",
+    "ms", "tflops"}] (ms and tflops None where the check failed, and "error" where the call raised)."""
     flop = 2.0 * M * N * K * count
     tried = []
     with timing.device(device):
@@ -241,7 +242,7 @@ def measure(cfgs: list[dict], M, N, K, count, layout, device, matmul, progress=N
                 tried.append({"config": c, "rel_err": err, "ms": None, "tflops": None})
                 continue
             ms = timing.time_launches(lambda i, c=c: matmul(*sets[i], out=outs[i], config=c), len(sets),
-                                      target_s=target_s, batch_ms=5.0)
+                                      target_s=target_s, batch_ms=5.0, graph=graph)
             tried.append({"config": c, "rel_err": err, "ms": ms, "tflops": flop / ms / 1e9})
             if progress:
                 progress(tried[-1])

@@ -2,7 +2,12 @@
 constants that minimise the squared error of log time, by Levenberg-Marquardt with NumPy alone, and
 the model table the selection reads (``tilegemm/tables/model-<gpu>.json``).
 
-    python -m tilegemm.calibration fit CALIBRATION.json ... --out src/tilegemm/tables/model-<gpu>.json
+    python -m tilegemm.calibration fit CALIBRATION.json ... [--small CALIBRATION-SMALL.json ...] \
+        --out src/tilegemm/tables/model-<gpu>.json
+
+The main set of constants is fitted to the bench draw's calibrations, the small products' set
+(``--small``) to calibrations of ``calibrate.py --small``, timed from CUDA graphs; it applies below
+its draw's bound of multiply-adds.
 """
 
 from __future__ import annotations
@@ -15,9 +20,9 @@ from . import model, results
 from .parsing import ArgParser, parse_args, run_command
 
 
-def _names() -> list[str]:
-    """The constants' names: three per tile config, then the global ones."""
-    return [f"{t}.{k}" for t in model.TILES for k in ("f", "a", "b")] + list(model.GLOBALS)
+def _names(tiles) -> list[str]:
+    """The constants' names: three per tile config of ``tiles``, then the global ones."""
+    return [f"{t}.{k}" for t in model.TILES if t in tiles for k in ("f", "a", "b")] + list(model.GLOBALS)
 
 
 def _start() -> dict:
@@ -38,7 +43,7 @@ def fit(rows: list[dict], per_sm: dict, sms: int, iterations: int = 60) -> tuple
 
     rows = [r for r in rows if r.get("ms") and model.build(r["candidate"]) in per_sm
             and model.current(r["candidate"], r["config"])]
-    names = _names()
+    names = _names({r["candidate"].split()[0] for r in rows})
     x = np.log(np.array([_start()[n] for n in names]))
     y = np.log(np.array([1e3 * r["ms"] for r in rows]))
 
@@ -74,9 +79,7 @@ def load_calibration(paths) -> tuple[list[dict], dict, int, str]:
     rows and blocks per SM of tile configs the model no longer runs (``model.current``) are left out."""
     rows, per_sm, sms, gpu = [], {}, None, None
     for p in paths:
-        d = json.loads(Path(p).read_text())
-        if d.get("kind") != "calibration" or (gpu and d["gpu"] != gpu):
-            raise ValueError(f"{p} is not a calibration file of {gpu or 'one GPU'}")
+        d = _read(p, gpu)
         rows += [r for r in d["rows"] if model.current(r["candidate"], r["config"])]
         per_sm.update({model.build(name): n for name, n in d["blocks_per_sm"].items()
                        if model.current(name, d["configs"][name])})
@@ -84,24 +87,63 @@ def load_calibration(paths) -> tuple[list[dict], dict, int, str]:
     return rows, per_sm, sms, gpu
 
 
+def _read(path, gpu: str | None) -> dict:
+    d = json.loads(Path(path).read_text())
+    if d.get("kind") != "calibration" or (gpu and d["gpu"] != gpu):
+        raise ValueError(f"{path} is not a calibration file of {gpu or 'one GPU'}")
+    return d
+
+
+def small_bound(paths) -> int:
+    """The multiply-adds below which the small products' constants apply: the bound of the small
+    calibrations' draw; each must be timed from CUDA graphs and drawn below one bound."""
+    bounds = set()
+    for p in paths:
+        d = _read(p, None)
+        if d.get("timer") != "graph" or not d.get("draw", {}).get("max_macs"):
+            raise ValueError(f"{p} is not a calibration of small products (scripts/calibrate.py --small)")
+        bounds.add(d["draw"]["max_macs"])
+    if len(bounds) != 1:
+        raise ValueError(f"the small calibrations were drawn below different bounds: {sorted(bounds)}")
+    return bounds.pop()
+
+
+def model_table(files, small_files=()) -> tuple[dict, str]:
+    """The model table fitted to calibration ``files`` (and ``small_files`` for the small products'
+    set), and a line saying what was fitted."""
+    rows, per_sm, sms, gpu = load_calibration(files)
+    consts, rms = fit(rows, per_sm, sms)
+    doc = {"schema": 1, "kind": "model", "gpu": gpu, "sms": sms, "command": results.command(prog="python -m tilegemm.calibration"),
+           "commit": results.commit(), "fitted_on": [Path(x).name for x in files], "rows": len(rows),
+           "rms_log_error": rms, "blocks_per_sm": per_sm, "constants": consts}
+    said = f"fitted {len(consts)} constants to {len(rows)} timings: rms log error {rms:.3f}"
+    if small_files:
+        s_rows, s_per_sm, s_sms, s_gpu = load_calibration(small_files)
+        if (s_gpu, s_sms) != (gpu, sms):
+            raise ValueError(f"the small calibrations are of {s_gpu}, the others of {gpu}")
+        s_consts, s_rms = fit(s_rows, s_per_sm, sms)
+        doc["small"] = {"below_macs": small_bound(small_files), "timer": "graph",
+                        "fitted_on": [Path(x).name for x in small_files], "rows": len(s_rows),
+                        "rms_log_error": s_rms, "blocks_per_sm": s_per_sm, "constants": s_consts}
+        said += f"; small products: {len(s_consts)} constants to {len(s_rows)} timings, rms log error {s_rms:.3f}"
+    return doc, said
+
+
 def main(argv=None) -> int:
     p = ArgParser(prog="python -m tilegemm.calibration", description="fit the cost model's constants")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=ArgParser)
     f = sub.add_parser("fit", help="fit the constants to calibration files of one GPU; write its model table")
     f.add_argument("files", nargs="+")
+    f.add_argument("--small", nargs="+", default=[], help="calibrations of small products (calibrate.py --small)")
     f.add_argument("--out", required=True, help="the model table to write (src/tilegemm/tables/model-<gpu>.json)")
     args = parse_args(p, argv)
     if isinstance(args, int):
         return args
 
     def run(a):
-        rows, per_sm, sms, gpu = load_calibration(a.files)
-        consts, rms = fit(rows, per_sm, sms)
-        doc = {"schema": 1, "kind": "model", "gpu": gpu, "sms": sms, "command": results.command(prog="python -m tilegemm.calibration"),
-               "commit": results.commit(), "fitted_on": [Path(x).name for x in a.files], "rows": len(rows),
-               "rms_log_error": rms, "blocks_per_sm": per_sm, "constants": consts}
+        doc, said = model_table(a.files, a.small)
         Path(a.out).write_text(json.dumps(doc, indent=1) + "\n")
-        print(f"fitted {len(consts)} constants to {len(rows)} timings: rms log error {rms:.3f}; wrote {a.out}")
+        print(f"{said}; wrote {a.out}")
         return 0
 
     return run_command(run, args)

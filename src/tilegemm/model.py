@@ -19,7 +19,10 @@ SM holding q blocks of i iterations each takes ``f + i * max(a, q * b)``.
 - split-K summed in the kernel (sk = 2): as data-parallel, plus ``summed * splits``;
 - every launch costs ``launch``.
 The constants are fitted to calibration measurements by calibration.py
-(``python -m tilegemm.calibration fit FILE... --out TABLE``).
+(``python -m tilegemm.calibration fit FILE... [--small FILE...] --out TABLE``).  A model table holds
+two sets: one for the bench's draw (at least 1024^3 multiply-adds, timed call by call) and one for
+smaller products (timed from CUDA graphs: there the host takes longer per call than the GPU, and a
+call-by-call timing would fit the host's cost).  ``constants_for`` picks the set for a shape.
 """
 
 from __future__ import annotations
@@ -36,12 +39,23 @@ TILES = {
     "128x64": {"bm": 128, "bn": 64, "tm": 8, "tn": 8, "ln": 8, "minb": 0, **_PIPE},
     "64x64": {"bm": 64, "bn": 64, "tm": 8, "tn": 4, "ln": 8, "minb": 0, **_PIPE},
     "32x256": {"bm": 32, "bn": 256, "tm": 8, "tn": 16, "ln": 8, "minb": 0, **_PIPE},
+    # two warps of 4 x 4 a thread: for small products, where more blocks mean more SMs at work
+    "32x32": {"bm": 32, "bn": 32, "tm": 4, "tn": 4, "ln": 8, "minb": 0, "bk": 16, "swizzle": 8, "stages": 2},
 }
 SPLITS = (2, 4, 8, 16, 32, 64, 128, 256)
-SPLIT_TILES = ("128x128", "64x128", "128x64", "64x64", "32x256")  # also run split over K
+SPLIT_TILES = ("128x128", "64x128", "128x64", "64x64", "32x256", "32x32")  # also run split over K
 STREAM_K_TILES = ("256x128", "128x128", "128x128w")  # also run as stream-K
-SUMMED_TILES = ("128x128", "64x128", "128x64", "64x64")  # also split over K and summed in the kernel
+SUMMED_TILES = ("128x128", "64x128", "128x64", "64x64", "32x32")  # also split over K and summed in the kernel
 GLOBALS = ("red0", "red1", "hand", "summed", "launch")
+
+
+def constants_for(table: dict, M: int, N: int, K: int, count: int) -> tuple[dict, dict]:
+    """(constants, blocks per SM by build) of a model table for this shape: its small products' set
+    below that set's bound of multiply-adds, where the table has one; else the main set."""
+    small = table.get("small")
+    if small and M * N * K * count < small["below_macs"]:
+        return small["constants"], small["blocks_per_sm"]
+    return table["constants"], table["blocks_per_sm"]
 
 
 def candidates(M: int, N: int, K: int, count: int = 1, sms: int = 132) -> list[tuple[str, dict]]:

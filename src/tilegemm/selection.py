@@ -7,7 +7,8 @@ path does no file I/O:
    compute capability, driver, NVRTC and package versions;
 2. the table shipped in the package for this GPU name (``tilegemm/tables/<gpu>.json``);
 3. the cost model (model.py) where its constants were fitted for this GPU
-   (``tilegemm/tables/model-<gpu>.json``): the candidate it predicts fastest;
+   (``tilegemm/tables/model-<gpu>.json``, a set for small products and one for the rest): the
+   candidate it predicts fastest;
 4. the heuristic below (any GPU).
 Within a table, a shape matches an entry of its layout and shape bucket: M, N, K and the batch
 count each rounded to the nearest power of two.  This module measures nothing and tunes nothing:
@@ -226,7 +227,7 @@ class Selector:
         if not self._model or self._model["sms"] != self.props.sms:
             return []
         limits = Limits.from_props(self.props)
-        ranked = model.ranked(self._model["constants"], self._model["blocks_per_sm"], M, N, K, count, self.props.sms)
+        ranked = model.ranked(*model.constants_for(self._model, M, N, K, count), M, N, K, count, self.props.sms)
         return [dict(cfg) for _, cfg, _ in ranked if not check_config(cfg, limits)][:n]
 
     def __call__(self, layout, M, N, K, count) -> tuple[dict, str]:

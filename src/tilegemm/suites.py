@@ -24,22 +24,29 @@ SUITE = [
 # How shapes nobody tuned for are drawn: each of M, N, K log-uniform in [LO, HI], kept when the
 # product has at least MIN_MACS multiply-adds and its three float32 matrices fit in MAX_BYTES
 DRAW = {"lo": 128, "hi": 16384, "min_macs": 1024**3, "max_bytes": 4 << 30}
+# Small products, where a block's latency and the launch rule (the cost model's second set of
+# constants, timed from CUDA graphs): below the bench draw's multiply-adds, any dimension from 16
+SMALL_DRAW = {"lo": 16, "hi": 16384, "min_macs": 0, "max_macs": DRAW["min_macs"], "max_bytes": 4 << 30}
 
 
 def random_shapes(n: int, seed: int, layouts=("NN",), lo: int = DRAW["lo"], hi: int = DRAW["hi"],
-                  min_macs: int = DRAW["min_macs"], max_bytes: int = DRAW["max_bytes"]) -> list[tuple]:
+                  min_macs: int = DRAW["min_macs"], max_bytes: int = DRAW["max_bytes"],
+                  max_macs: int | None = None) -> list[tuple]:
     """``n`` cases drawn with ``seed`` (Python's own generator: the same shapes for the same seed
-    with any Python or NumPy), each layout drawn from ``layouts``."""
+    with any Python or NumPy), each layout drawn from ``layouts``; with ``max_macs``, only products
+    of fewer multiply-adds than that."""
     if n < 1 or lo < 1 or hi < lo:
         raise ValueError(f"a random draw needs n >= 1 and 1 <= lo <= hi, got n={n}, lo={lo}, hi={hi}")
-    if min_macs > hi**3 or 12 * lo * lo > max_bytes:
-        raise ValueError(f"no shape in [{lo}, {hi}]^3 meets min_macs={min_macs} and max_bytes={max_bytes}")
+    if min_macs > hi**3 or 12 * lo * lo > max_bytes or (max_macs is not None and max_macs <= max(min_macs, lo**3)):
+        raise ValueError(f"no shape in [{lo}, {hi}]^3 meets min_macs={min_macs}, max_macs={max_macs} and "
+                         f"max_bytes={max_bytes}")
     rng = random.Random(seed)
     out = []
     while len(out) < n:
         M, N, K = (int(round(math.exp(rng.uniform(math.log(lo), math.log(hi))))) for _ in range(3))
         layout = layouts[rng.randrange(len(layouts))]
-        if M * N * K >= min_macs and 4 * (M * K + K * N + M * N) <= max_bytes:
+        if (M * N * K >= min_macs and (max_macs is None or M * N * K < max_macs)
+                and 4 * (M * K + K * N + M * N) <= max_bytes):
             out.append((M, N, K, layout, 1))
     return out
 

@@ -4,11 +4,13 @@ Checks: fresh random normal inputs (never zeros), the output poisoned with NaN (
 fails), the relative Frobenius error ``||out - ref|| / ||ref||`` against a float64 reference.
 Timing: CUDA events around batches of back-to-back launches, after warm-up, rotating among input
 sets that together exceed the L2 cache three times (no warm-L2 numbers), median over the batches;
-several implementations take turns batch by batch.
+several implementations take turns batch by batch; small products are timed from CUDA graphs
+(the GPU's time, not the host's).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -81,12 +83,12 @@ def input_sets(M, N, K, layout="NN", batch=1) -> tuple[list, list]:
             [cupy.empty(shape, dtype=np.float32) for _ in range(n)])
 
 
-def time_launches(run, n_sets: int, target_s: float = 0.6, batch_ms: float = 15.0) -> float:
+def time_launches(run, n_sets: int, target_s: float = 0.6, batch_ms: float = 15.0, graph: bool = False) -> float:
     """Milliseconds per ``run(i)`` (i = input set index): median over batches of back-to-back launches."""
-    return time_interleaved([run], n_sets, target_s, batch_ms)[0]
+    return time_interleaved([run], n_sets, target_s, batch_ms, graph)[0]
 
 
-def time_interleaved(runs, n_sets: int, target_s: float = 0.6, batch_ms: float = 15.0) -> list[float]:
+def time_interleaved(runs, n_sets: int, target_s: float = 0.6, batch_ms: float = 15.0, graph: bool = False) -> list[float]:
     """Milliseconds per call of each of ``runs`` (``run(i)``, i = input set index): the median over
     batches of back-to-back launches, the runs' batches taking turns so that drifts in clock,
     temperature and power over the measurement reach every run alike.  Each turn takes the runs in a
@@ -98,31 +100,52 @@ def time_interleaved(runs, n_sets: int, target_s: float = 0.6, batch_ms: float =
     Each batch is timed with CUDA events.  A launch is queued before the start event so the GPU is
     busy when it is recorded, and batches are long enough that the host's per-call cost hides
     behind the queue instead of showing up as idle GPU time.  ``target_s``: the time each run gets.
+
+    ``graph``: each run's batch is captured once into a CUDA graph (on a stream of its own) and the
+    graph is replayed between the events, so that a call's time is the GPU's alone even where the
+    host takes longer per call than the GPU (small products); every run must be capturable.
     """
     cupy = gpu.cupy()
-    stream = cupy.cuda.get_current_stream()
+    stream = cupy.cuda.Stream(non_blocking=True) if graph else cupy.cuda.get_current_stream()
     start, end = cupy.cuda.Event(), cupy.cuda.Event()
 
-    def batch(run, n: int, first: int) -> float:
-        run(first % n_sets)
-        start.record(stream)
+    def eager(run, n: int, first: int):
         for r in range(n):
-            run((first + 1 + r) % n_sets)
-        end.record(stream)
+            run((first + r) % n_sets)
+
+    def batch(run, n: int, first: int, replay=None) -> float:
+        with stream if graph else contextlib.nullcontext():
+            run(first % n_sets)
+            start.record(stream)
+            if replay is None:
+                eager(run, n, first + 1)
+            else:
+                replay.launch(stream)
+            end.record(stream)
         end.synchronize()
         return cupy.cuda.get_elapsed_time(start, end) / n
 
-    sizes = []
+    sizes, graphs = [], []
     for run in runs:
         batch(run, 1, 0)  # warm-up: module load, first touch, clocks
         one = batch(run, 1, 1)
         per_batch = max(1, min(200, int(batch_ms / max(one, 1e-3))))
         sizes.append((per_batch, max(5, min(30, int(target_s * 1e3 / max(one * per_batch, 1e-3))))))
+        g = None
+        if graph:
+            with stream:
+                stream.begin_capture()
+                try:
+                    eager(run, per_batch, 1)
+                finally:
+                    g = stream.end_capture()
+            batch(run, per_batch, 0, g)  # the first replay uploads the graph
+        graphs.append(g)
     times: list[list[float]] = [[] for _ in runs]
     rng = np.random.default_rng(0)
     for i in range(max(n for _, n in sizes)):
         for j in rng.permutation(len(runs)):
             per_batch, n_batches = sizes[j]
             if i < n_batches:
-                times[j].append(batch(runs[j], per_batch, i * (per_batch + 1)))
+                times[j].append(batch(runs[j], per_batch, i * (per_batch + 1), graphs[j]))
     return [float(np.median(t)) for t in times]

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tilegemm import autotune, calibration, model, registry, selection
+from tilegemm import autotune, calibration, model, registry, selection, suites
 from tilegemm.occupancy import Limits
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,13 +56,36 @@ def test_every_candidate_compiles_without_spills_in_every_layout():
 
 
 def test_the_calibration_data_loads_and_refits_to_the_shipped_constants(fitted):
-    files = [ROOT / "benchmarks" / "results" / "experiments" / f for f in fitted["fitted_on"]]
+    folder = ROOT / "benchmarks" / "results" / "experiments"
+    files = [folder / f for f in fitted["fitted_on"]]
     rows, per_sm, sms, gpu = calibration.load_calibration(files)
     assert gpu == fitted["gpu"] and sms == 132 and len(rows) == fitted["rows"]
-    consts, rms = calibration.fit(rows, per_sm, sms)
-    assert rms == pytest.approx(fitted["rms_log_error"], rel=1e-3)
-    for k, v in fitted["constants"].items():
-        assert consts[k] == pytest.approx(v, rel=1e-2, abs=1e-3), k
+    small = [folder / f for f in fitted["small"]["fitted_on"]]
+    doc, _ = calibration.model_table(files, small)
+    for got, want in ((doc, fitted), (doc["small"], fitted["small"])):
+        assert got["rows"] == want["rows"] and got["blocks_per_sm"] == want["blocks_per_sm"]
+        assert got["rms_log_error"] == pytest.approx(want["rms_log_error"], rel=1e-3)
+        for k, v in want["constants"].items():
+            assert got["constants"][k] == pytest.approx(v, rel=1e-2, abs=1e-3), k
+    assert doc["small"]["below_macs"] == fitted["small"]["below_macs"] == suites.DRAW["min_macs"]
+    with pytest.raises(ValueError, match="not a calibration of small products"):
+        calibration.model_table(files, files[:1])  # event-timed calibrations are not the small set
+
+
+def test_small_products_take_the_small_set_below_its_bound(fitted):
+    bound = fitted["small"]["below_macs"]
+    assert model.constants_for(fitted, 64, 64, 64, 1) == (fitted["small"]["constants"], fitted["small"]["blocks_per_sm"])
+    assert model.constants_for(fitted, 1024, 1024, 1024, 1)[0] is fitted["constants"]  # exactly the bound
+    assert model.constants_for(fitted, 512, 512, 512, 8)[0] is fitted["constants"]  # a batch counts its work
+    assert model.constants_for(fitted, 1023, 1024, 1024, 1)[0] is fitted["small"]["constants"]
+    assert 1024**3 == bound
+    # the 32 x 32 tile exists only in the small set; products of 64^3 take it, large ones never see it
+    assert "32x32" in fitted["small"]["blocks_per_sm"] and "32x32" not in fitted["blocks_per_sm"]
+    assert model.choose(*model.constants_for(fitted, 64, 64, 64, 1), 64, 64, 64, 1, 132)[0] == "32x32"
+    for M, N, K in _shapes(200):
+        if M * N * K >= bound:
+            name = model.choose(*model.constants_for(fitted, M, N, K, 1), M, N, K, 1, 132)[0]
+            assert not name.startswith("32x32"), (M, N, K, name)
 
 
 def test_the_selection_takes_the_model_where_no_table_holds_the_shape(fitted, tmp_path, monkeypatch):
@@ -72,9 +95,10 @@ def test_the_selection_takes_the_model_where_no_table_holds_the_shape(fitted, tm
                             regs_per_sm=SM90.regs_per_sm, max_threads_per_block=1024, max_threads_per_sm=2048,
                             max_blocks_per_sm=32)
     sel = selection.Selector(props, "1", "13.0")
-    cfg, source = sel("NN", 777, 999, 1111, 1)
-    expected = model.choose(fitted["constants"], fitted["blocks_per_sm"], 777, 999, 1111, 1, 132)[1]
-    assert source == "model" and cfg == expected
+    for shape in ((777, 999, 1111), (1777, 999, 2111), (48, 48, 48)):  # the main set, the small set
+        cfg, source = sel("NN", *shape, 1)
+        expected = model.choose(*model.constants_for(fitted, *shape, 1), *shape, 1, 132)[1]
+        assert source == "model" and cfg == expected
     assert sel("NN", 4096, 4096, 4096, 1)[1] == "shipped"  # measured entries first
     other = SimpleNamespace(**{**props.__dict__, "name": "Another GPU"})
     assert selection.Selector(other, "1", "13.0")("NN", 777, 999, 1111, 1)[1] == "heuristic"

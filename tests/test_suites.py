@@ -27,6 +27,17 @@ def test_the_random_draw_keeps_its_rules():
         suites.random_shapes(0, seed=1)
 
 
+def test_the_small_draw_stays_below_the_bench_draw():
+    s = suites.SMALL_DRAW
+    shapes = suites.random_shapes(300, seed=3, **s)
+    assert shapes == suites.random_shapes(300, seed=3, **s) and s["max_macs"] == suites.DRAW["min_macs"]
+    for M, N, K, _, _ in shapes:
+        assert s["lo"] <= min(M, N, K) and max(M, N, K) <= s["hi"] and M * N * K < s["max_macs"]
+    assert min(M * N * K for M, N, K, _, _ in shapes) < 64**3  # it reaches tiny products too
+    with pytest.raises(ValueError, match="max_macs"):
+        suites.random_shapes(5, seed=1, max_macs=100)  # nothing of the bench draw lies below 100
+
+
 def test_the_real_world_set():
     names = [n for n, _ in suites.REAL]
     assert len(names) == len(set(names)) >= 20

@@ -48,7 +48,8 @@ def fit(rows: list[dict], per_sm: dict, sms: int, iterations: int = 60) -> tuple
     y = np.log(np.array([1e3 * r["ms"] for r in rows]))
 
     def residuals(v):
-        c = dict(zip(names, np.exp(v)))
+        with np.errstate(over="ignore"):  # a trial step may overflow; its error is then rejected
+            c = dict(zip(names, np.exp(v)))
         return np.log([model.predict(c, r["candidate"], r["config"], r["M"], r["N"], r["K"], r["batch"],
                                per_sm[model.build(r["candidate"])], sms) for r in rows]) - y
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tilegemm
-from tilegemm import autotune, registry, selection
+from tilegemm import autotune, model, registry, selection, timing
 
 from .conftest import rel_err
 
@@ -30,6 +30,8 @@ PATHS = [
     ("batched", (300, 200, 100, 3), None, None),
     ("batched split-K", (300, 200, 1000, 2), {**selection.BIG, "splits": 2}, None),
     ("K = 0", (64, 48, 0, 1), None, None),
+    ("small product, 32 x 32 tiles", (64, 64, 64, 1), None, None),
+    ("small product, 32 x 32 split-sum", (45, 106, 676, 1), {**model.TILES["32x32"], "splits": 4, "sk": 2}, None),
     # the tensor cores: rung 10's kernel on Hopper (one launch; split-K with its reduction), the
     # mma.sync family (a config names it)
     ("tf32x3 wgmma", (1000, 900, 700, 1), None, None, "tf32x3"),
@@ -136,3 +138,18 @@ def test_two_graphs_replayed_at_once_on_two_streams_with_eager_calls_between(cp,
                 s.synchronize()
                 _check(cp, out, a, b)
             _check(cp, eager_out, ea, eb)
+
+
+def test_graph_timing_replays_the_calls_it_captured():
+    """timing's graph mode (the small products' calibration): the captured calls compute the right
+    product, and a product of 64^3 takes the GPU a few microseconds, not the host's ~10 per call."""
+    cp = pytest.importorskip("cupy")
+    rng = np.random.default_rng(3)
+    sets = [(cp.asarray(rng.standard_normal((64, 64), dtype=np.float32)),
+             cp.asarray(rng.standard_normal((64, 64), dtype=np.float32))) for _ in range(3)]
+    outs = [cp.full((64, 64), np.nan, dtype=cp.float32) for _ in sets]
+    ms = timing.time_launches(lambda i: tilegemm.matmul(*sets[i], out=outs[i]), len(sets), target_s=0.02,
+                              batch_ms=1.0, graph=True)
+    for (a, b), o in zip(sets, outs):
+        assert rel_err(cp, o, a, b) < TOL
+    assert 0 < ms < 8e-3

@@ -20,6 +20,7 @@ PROPS = SimpleNamespace(id=0, name="Test GPU", major=9, minor=0, arch="sm_90", s
                         smem_per_block_optin=227 * 1024, smem_per_sm=228 * 1024, regs_per_sm=65536,
                         max_threads_per_block=1024, max_threads_per_sm=2048, max_blocks_per_sm=32)
 KEY = ("NN", 777, 999, 1111, 1)
+GRAPHS = []  # whether each timing the stub saw was asked for CUDA graphs
 
 
 @pytest.fixture
@@ -42,9 +43,11 @@ def _stub_measurements(monkeypatch, winner_index: int):
                 for c in cfgs for lay in layouts}
 
     timed = []
+    GRAPHS.clear()
 
     def time_launches(run, n_sets, **kw):
         timed.append(run)
+        GRAPHS.append(kw.get("graph", False))
         return 1.0 if len(timed) - 1 == winner_index else 2.0
 
     monkeypatch.setattr(autotune, "compile_all", compile_all)
@@ -128,5 +131,10 @@ def test_the_quick_tuning_times_the_model_s_best_few(monkeypatch, tmp_path):
         timed.clear()
         full = autotune.tune_shape(0, *KEY, matmul=None, full=True, write=False)
         assert full["mode"] == "full" and len(timed) == len(autotune.candidates(*KEY[1:], 132, Limits.from_props(H100)))
+        # products below the bench draw's work are timed from graphs (one by one they time the host)
+        assert GRAPHS and all(GRAPHS)  # 777 x 999 x 1111
+        GRAPHS.clear()
+        autotune.tune_shape(0, "NN", 2000, 1000, 1000, 1, matmul=None, write=False)
+        assert GRAPHS and not any(GRAPHS)
     finally:
         selection.reset()

@@ -16,7 +16,7 @@ import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-from . import gpu, registry, selection, timing
+from . import gpu, registry, selection, suites, timing
 from .occupancy import Limits, occupancy
 
 F = registry.FAMILY
@@ -196,7 +196,8 @@ def tune_shape(device: int, layout: str, M: int, N: int, K: int, count: int = 1,
     "tflops", "ms", "rel_err", "tried", "mode", ...} and (``write``) records the winner in the
     user's tuning cache.  By default ("quick", a few seconds a shape) the cost model's ``top``
     (6) best candidates are timed; ``full``, or a GPU with no fitted model, searches the family's
-    grid (``candidates``, ``top`` 24: tens of seconds a shape)."""
+    grid (``candidates``, ``top`` 24: tens of seconds a shape).  Products below the bench draw's work
+    (``suites.SMALL_DRAW``) are timed from CUDA graphs: called one by one, they measure the host."""
     start = time.perf_counter()
     props = gpu.device_properties(device)
     sel = selection.selector(device)
@@ -209,7 +210,8 @@ def tune_shape(device: int, layout: str, M: int, N: int, K: int, count: int = 1,
     built = compile_all(cands, [layout], props.arch)
     ok = [c for c in cands
           if built[(tuple(sorted(F.compiled_params(F.params(c)).items())), layout)][1:] == (0, None)]
-    tried = measure(ok, M, N, K, count, layout, device, matmul, progress, target_s=target_s)
+    tried = measure(ok, M, N, K, count, layout, device, matmul, progress, target_s=target_s,
+                    graph=M * N * K * count < suites.SMALL_DRAW["max_macs"])
     timed = [t for t in tried if t["tflops"]]
     if not timed:
         raise RuntimeError(f"no candidate config passed the check for {M}x{N}x{K} x{count} {layout}")

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from tilegemm import dispatch, launch, registry
+from tilegemm import dispatch, launch, registry, steps
 from tilegemm.arrays import Operand
 from tilegemm.compiler import KERNEL_DIR
 from tilegemm.plan import plan
@@ -112,8 +112,9 @@ def stubs(monkeypatch):
         return fn
 
     monkeypatch.setattr(dispatch, "launcher", launcher)
-    monkeypatch.setattr(dispatch, "reducer", lambda device: FakeLauncher(registry.REDUCE, (), 1, log))
-    monkeypatch.setattr(dispatch, "packer", lambda device: FakeLauncher(registry.PACK, (), 1, log))
+    monkeypatch.setattr(steps, "reducer", lambda device: FakeLauncher(registry.REDUCE, (), 1, log))
+    monkeypatch.setattr(steps, "packer", lambda device: FakeLauncher(registry.PACK, (), 1, log))
+    monkeypatch.setattr(steps, "transposer", lambda device: FakeLauncher(registry.PACK_T, (), 1, log))
     monkeypatch.setattr(launch, "workspace", lambda floats, stream: SimpleNamespace(data=SimpleNamespace(ptr=WORK)))
     monkeypatch.setattr(launch, "sk_flags", lambda device, stream, blocks: (0x800000, 7))
     return SimpleNamespace(log=log, built=built)

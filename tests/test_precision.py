@@ -109,6 +109,8 @@ def test_bench_names_carry_their_precision():
 
 @pytest.mark.parametrize("precision, passes", [("tf32x3", 3), ("tf32", 1)])
 def test_on_hopper_tensor_core_calls_run_rung_10s_kernel_split_over_k(stubs, monkeypatch, precision, passes):  # noqa: F811
+    if precision == "tf32":  # rung 10's kernel runs tf32 only where wgmma_tf32.cu's copies would be too large
+        monkeypatch.setattr(hopper, "tf32_copies", lambda *a: None)
     """Few 128 x 128 tiles and a long K: the wgmma kernel writes split-K planes of the workspace
     (alpha 1, beta 0; its operands as TMA tensor maps, encoded per launch), the reduction applies
     alpha and beta.  Many tiles: one launch straight into D with alpha and beta."""
@@ -220,3 +222,62 @@ def test_the_64_row_tile_builds_and_is_checked():
         F.check(F.params({"bm": 64, "tg_tma": 0}), Limits.for_arch("sm_90"))
     with pytest.raises(ConfigError, match="bm is 128"):
         F.check(F.params({"bm": 32}), Limits.for_arch("sm_90"))
+
+
+def test_on_hopper_tf32_reads_both_operands_k_major(stubs, monkeypatch):  # noqa: F811
+    """precision "tf32": wgmma_tf32.cu with A (M x K) and B^T (N x K) as K-major tensor maps, an
+    operand stored the other way transposed into the workspace first (pack_t), one stored K-major but
+    unaligned copied (pack); split over K with the reduction where tiles are few; past the copy limit
+    rung 10's kernel in one pass."""
+    from types import SimpleNamespace
+
+    from test_launch import FakeLauncher
+
+    monkeypatch.setattr(dispatch, "_on_hopper_tensor_cores", lambda *a: True)
+    monkeypatch.setattr(dispatch.gpu, "device_properties", lambda device=None: SimpleNamespace(sms=132))
+    monkeypatch.setattr(dispatch, "wgmma_tf32_launcher", lambda device, bn=256: FakeLauncher(
+        registry.WGMMA_TF32, (("bn", bn),), 4, stubs.log))
+    monkeypatch.setattr(dispatch, "wgmma_launcher", lambda layout, device, p, tma, bm=128: FakeLauncher(
+        registry.WGMMA_FAMILY, (("tg_mma_passes", p), ("tg_tma", int(tma)), ("bm", bm)), 4, stubs.log))
+    T, PT = launch.WGMMA_TF32, launch.PACK_T
+
+    def build(a, b, out, **kw):
+        return dispatch.build(plan(a, b, out, precision="tf32", **kw), 0, (PA, PB, 0, PD),
+                              lambda *k: pytest.fail("no mma.sync config is chosen"))
+
+    # NN: B (512 x 4096, rows along N) transposed into rows of K; A read where it is
+    prog = build(op("a", (4096, 512), ptr=PA), op("b", (512, 4096), ptr=PB), op("out", (4096, 4096), ptr=PD))
+    tr, mm = prog.steps
+    targs = dict(zip((n for n, _ in PT.fields), tr.args))
+    assert (targs["rows"], targs["cols"], targs["lds"], targs["ldd"]) == (512, 4096, 4096, 512)
+    assert tr.ptrs == ((PT.slot("src"), launch.B, 0), (PT.slot("dst"), launch.W, 0))
+    assert tr.go.grid[0] * 32 >= 4096 and tr.go.grid[1] * 32 >= 512
+    assert prog.config == {"bn": 256, "splits": 1, "copies": "stored/transpose"} and prog.work_floats == 4096 * 512
+    assert mm.go.grid == (32 * 16, 1, 1) and [(m[1], m[2]) for m in mm.maps] == [(launch.A, 0), (launch.W, 0)]
+    assert dict(zip((n for n, _ in T.fields), mm.args))["ldb"] == 512
+    # NT (x @ W.T, as torch's Linear): both K-major as stored, one launch
+    b = op("b", (512, 4096), strides=(1, 512), ptr=PB)
+    (mm,) = build(op("a", (4096, 512), ptr=PA), b, op("out", (4096, 4096), ptr=PD)).steps
+    assert [(m[1], m[2]) for m in mm.maps] == [(launch.A, 0), (launch.B, 0)]
+    # TN with an unaligned K: A (stored K x M) transposed, B transposed, rows of K rounded up to 4
+    a = op("a", (300, 511), strides=(1, 300), ptr=PA)
+    prog = build(a, op("b", (511, 200), ptr=PB), op("out", (300, 200), ptr=PD))
+    ta, tb, mm = prog.steps[:3]
+    assert prog.config["copies"] == "transpose/transpose"
+    assert dict(zip((n for n, _ in PT.fields), ta.args))["ldd"] == 512 and ta.ptrs[1][2] == 0
+    assert tb.ptrs[1] == (PT.slot("dst"), launch.W, 4 * -(-300 * 512 // 64) * 64)
+    # NT unaligned (rows of 511 floats): both copied into aligned rows, not transposed
+    b = op("b", (511, 200), strides=(1, 511), ptr=PB)
+    prog = build(op("a", (300, 511), ptr=PA), b, op("out", (300, 200), ptr=PD))
+    assert prog.config["copies"] == "copy/copy" and [s.ptrs[0][0] for s in prog.steps[:2]] == [launch.PACK.slot("src")] * 2
+    # few tiles and a long K: split over K, planes written alpha 1, beta 0, the reduction applies them
+    b = op("b", (100000, 64), strides=(1, 100000), ptr=PB)
+    prog = build(op("a", (64, 100000), ptr=PA), b, op("out", (64, 64), ptr=PD), alpha=0.5)
+    mm, red = prog.steps
+    assert prog.config["splits"] > 8 and mm.go.grid[2] == prog.config["splits"]
+    assert dict(zip((n for n, _ in T.fields), mm.args))["alpha"] == 1.0
+    assert dict(zip((n for n, _ in launch.REDUCE.fields), red.args))["alpha"] == 0.5
+    # past the copy limit: rung 10's kernel, one pass
+    monkeypatch.setattr(hopper, "PACK_LIMIT", 1000)
+    prog = build(op("a", (4096, 512), ptr=PA), op("b", (512, 4096), ptr=PB), op("out", (4096, 4096), ptr=PD))
+    assert prog.config["tg_mma_passes"] == 1

@@ -108,6 +108,15 @@ def _wgmma_copy(layout: str, M: int, N: int, K: int) -> dict:
     return {"pack": pack or 0, "tg_tma": int(pack is not None)}
 
 
+def _tf32_copies(prec: str, layout: str, M: int, N: int, K: int) -> tuple | None:
+    """For precision "tf32", how the Hopper path reads the bench's contiguous operands
+    (hopper.tf32_copies; None: rung 10's kernel runs it); None for other precisions."""
+    if prec != "tf32":
+        return None
+    views = hopper.wgmma_views(layout, M, N, K)
+    return hopper.tf32_copies(layout, M, N, K, tuple(cols % 4 == 0 for _, cols in views))
+
+
 def measure(kernels, M, N, K, layout="NN", progress=None, batch=1, refs=(), case=None,
             target_s: float = 0.6) -> list[Row]:
     """cuBLAS, the other references (``refs``: "torch", "triton") and each kernel (a name, "gemm"
@@ -129,6 +138,10 @@ def measure(kernels, M, N, K, layout="NN", progress=None, batch=1, refs=(), case
             props = gpu.device_properties(dev)
             if prec == "fp32":
                 cfg, src = selection.select(dev, layout, M, N, K, batch)
+            elif hopper.hopper_tensor_cores(props) and batch == 1 and _tf32_copies(prec, layout, M, N, K):
+                bn, splits, _ = hopper.tf32_plan(M, N, K, props.sms)  # dispatch's Hopper path: wgmma_tf32.cu
+                copies = "/".join(_tf32_copies(prec, layout, M, N, K))
+                cfg, src = {"bn": bn, "splits": splits, "copies": copies}, "wgmma-tf32"
             elif hopper.hopper_tensor_cores(props) and batch == 1:  # dispatch's Hopper path: rung 10's kernel
                 copy = _wgmma_copy(layout, M, N, K)
                 bm, splits, _ = hopper.wgmma_plan(M, N, K, props.sms, (128, 64) if copy["tg_tma"] else (128,))

@@ -3,7 +3,10 @@ launches each path needs.
 
 Paths (``build``): the family with one block per tile (batches in chunks of the grid's z limit),
 split-K into a workspace followed by the reduction, split-K summed in the kernel (sk = 2), stream-K
-(sk = 1), a ladder rung (one launch per product), and K = 0 (D = beta * C, or zeros).  Every argument
+(sk = 1), a ladder rung (one launch per product), and K = 0 (D = beta * C, or zeros); on Hopper the
+tensor-core path: rung 10's kernel (tf32x3, and tf32 where an operand's copy would be too large) or
+wgmma_tf32.cu (tf32), an operand TMA cannot read as stored copied into the workspace first.  The
+launches besides the family's are built by steps.py.  Every argument
 but the pointers is fixed when the program is built, and every error is raised then, before any
 launch.
 """
@@ -14,10 +17,10 @@ import numpy as np
 
 from . import gpu, hopper, registry
 from .arrays import UNKNOWN, Operand, describe
-from .errors import UnsupportedOperands
-from .launch import (GEMM, PACK, REDUCE, RUNG, WGMMA, A, B, C, D, W, Program, Step, launcher, packer, reducer,
-                     wgmma_launcher)
+from .launch import (GEMM, RUNG, WGMMA, A, B, C, D, W, Program, Step, launcher, wgmma_launcher,
+                     wgmma_tf32_launcher)
 from .plan import GRID_Z, Plan, plan, vector_width
+from .steps import pack_step, reduce_step, tma_step, transpose_step
 
 FAMILY = registry.FAMILY.name
 _ext_streams: dict[tuple, object] = {}
@@ -163,7 +166,7 @@ def build(p: Plan, device: int, ptrs: tuple, choose) -> Program:
         at = (pa + 4 * oa, pb + 4 * ob, pc + 4 * oc, pd + 4 * od)
         offs = (4 * oa, 4 * ob, 4 * oc, 4 * od)
         if g.K == 0:
-            steps.append(_reduce_step(p, g, device, at, offs, splits=0, ldw=0, beta=beta))
+            steps.append(reduce_step(p, g, device, at, offs, splits=0, ldw=0, beta=beta))
         elif hopper:
             more, w, config = _wgmma_family(p, g, device, at, offs, beta)
             steps += more
@@ -177,21 +180,6 @@ def build(p: Plan, device: int, ptrs: tuple, choose) -> Program:
     return Program(device, g.swap, work, tuple(steps), config)
 
 
-def _reduce_step(p, g, device, at, offs, splits, ldw, beta, alpha=None) -> Step:
-    """D = alpha * (the sum of W's ``splits`` planes, rows of ldw floats) + beta * C; splits = 0
-    gives beta * C (K = 0).  float4 accesses where N, D (and C, when read) allow them."""
-    sc, sd = g.strides[2:]
-    fn = reducer(device)
-    ops = [(at[D], g.ldd, sd)] + ([(at[C], g.ldc, sc)] if beta != 0.0 else [])
-    vec = 4 if g.N % 4 == 0 and ldw % 4 == 0 and vector_width(*ops) == 4 else 1
-    grid = (max(1, -(-(g.N // vec) // 256)), max(1, min(g.M * g.count, 65535)), 1)
-    args = REDUCE.values(M=g.M, N=g.N, batches=g.count, splits=splits, W=0, ldw=ldw, C=0, ldc=g.ldc, sC=sc,
-                         D=0, ldd=g.ldd, sD=sd, alpha=p.alpha if alpha is None else alpha, beta=beta, vec=vec)
-    ptrs = ((REDUCE.slot("C"), C, offs[C]), (REDUCE.slot("D"), D, offs[D])) + (
-        ((REDUCE.slot("W"), W, 0),) if splits else ())
-    return Step(fn.prepare(grid, p.pdl), tuple(args), ptrs)
-
-
 def _rung(p, g, device, at, offs) -> list[Step]:
     """A ladder rung: one launch per product of the batch (C = A B, no alpha or beta)."""
     sa, sb, _, sd = g.strides
@@ -201,55 +189,10 @@ def _rung(p, g, device, at, offs) -> list[Step]:
     if grid[1] > 65535 or grid[0] > 2**31 - 1:
         raise ValueError(f"M = {g.M} is too large for {p.kernel}'s grid (at most 65535 block rows)")
     if fn.signature is WGMMA:
-        return [_tma_step(p, g, fn, grid, at, offs, vector_width((at[A], g.lda, sa), (at[B], g.ldb, sb)))]
+        return [tma_step(p, g, fn, grid, at, offs, vector_width((at[A], g.lda, sa), (at[B], g.ldb, sb)))]
     args = tuple(RUNG.values(M=g.M, N=g.N, K=g.K, A=0, lda=g.lda, B=0, ldb=g.ldb, C=0, ldc=g.ldd))
     ptrs = ((RUNG.slot("A"), A, offs[A]), (RUNG.slot("B"), B, offs[B]), (RUNG.slot("C"), D, offs[D]))
     return [Step(fn.prepare(grid, False), args, ptrs, repeat=g.count, strides=(4 * sa, 4 * sb, 4 * sd))]
-
-
-def _tma_step(p, g, fn, grid, at, offs, vec, splits=1, k_split=None, out=D, ldd=None, sD=0, alpha=1.0,
-              beta=0.0, src=None) -> Step:
-    """A launch of rung 10's kernel: D = alpha A B + beta C into ``out`` (D, or the split-K workspace W
-    with planes sD apart); its operands as tensor maps, encoded per launch from the pointers (tma.py;
-    TMA reads 16-byte aligned rows only), or with tg_tma = 0 as pointers its producer copies from.
-    ``src``: where each operand is read, ((pointer, byte offset, leading dimension) for A, then B):
-    by default the call's operands, else a copy in the workspace (``_pack_step``)."""
-    from .tma import encoder
-
-    tma = fn.params["tg_tma"]
-    if tma and vec != 4:
-        raise UnsupportedOperands(f"kernel={p.kernel!r} copies its operands with TMA, which needs them 16-byte aligned "
-                         f"with leading dimensions (and batch strides) a multiple of 4 floats; pass such "
-                         f"arrays (e.g. contiguous ones with a column count a multiple of 4) or another kernel")
-    sa, sb, sc, sd = g.strides
-    (wa, oa, lda), (wb, ob, ldb) = src or ((A, offs[A], g.lda), (B, offs[B], g.ldb))
-    bm, bn = fn.spec.tile(fn.params)
-    bk = fn.params["bk"]
-    # the view each map describes: rows x cols with row stride ld (tg_common.cuh's layouts); A's boxes
-    # swizzled as 10_wgmma_tf32x3.cu's a_at reads them
-    ea = encoder(g.M, g.K, lda, bm, bk, 4 * bk) if g.layout[0] == "N" else encoder(g.K, g.M, lda, bk, 32, 128)
-    eb = encoder(g.K, g.N, ldb, bk, bn) if g.layout[1] == "N" else encoder(g.N, g.K, ldb, bn, bk)
-    args = WGMMA.values(M=g.M, N=g.N, K=g.K, tA=bytes(128), tB=bytes(128), A=0, lda=lda, B=0, ldb=ldb, C=0,
-                        ldc=g.ldc, D=0, ldd=g.ldd if ldd is None else ldd, sD=sD, alpha=alpha, beta=beta,
-                        k_split=k_split or -(-g.K // bk) * bk)
-    ptrs = ((WGMMA.slot("D"), out, offs[D] if out == D else 0), (WGMMA.slot("C"), C, offs[C]),
-            (WGMMA.slot("A"), wa, oa), (WGMMA.slot("B"), wb, ob))
-    maps = ((WGMMA.slot("tA"), wa, oa, 4 * sa, ea), (WGMMA.slot("tB"), wb, ob, 4 * sb, eb)) if tma else ()
-    return Step(fn.prepare((grid[0], 1, splits), False), tuple(args), ptrs, repeat=g.count,
-                strides=(4 * sd, 4 * sc, 4 * sa, 4 * sb), maps=maps)
-
-
-def _pack_step(device, view, ld, which, off, dst) -> Step:
-    """Copy operand ``which`` (its view: rows, cols, rows ``ld`` apart; at byte offset ``off``) into the
-    workspace at byte offset ``dst``, in rows of cols rounded up to 4 floats (pack.cu)."""
-    rows, cols = view
-    fn = packer(device)
-    groups = -(-cols // 4)
-    gpr = min(256, 1 << max(0, (groups - 1).bit_length()))  # column groups a block takes from each row
-    per_block = 256 // gpr
-    grid = (-(-groups // gpr), max(1, min(-(-rows // per_block), 65535)), 1)
-    args = PACK.values(rows=rows, cols=cols, src=0, lds=ld, dst=0, ldd=-(-cols // 4) * 4, gpr=gpr)
-    return Step(fn.prepare(grid, False), tuple(args), ((PACK.slot("src"), which, off), (PACK.slot("dst"), W, dst)))
 
 
 def _on_hopper_tensor_cores(p, g, device) -> bool:
@@ -268,6 +211,9 @@ def _wgmma_family(p, g, device, at, offs, beta) -> tuple[list[Step], int, dict]:
     cp.async).  The steps, the workspace (floats) and the config run."""
     views = hopper.wgmma_views(g.layout, g.M, g.N, g.K)
     aligned = (vector_width((at[A], g.lda)) == 4, vector_width((at[B], g.ldb)) == 4)
+    copies = hopper.tf32_copies(g.layout, g.M, g.N, g.K, aligned) if p.precision == "tf32" else None
+    if copies is not None:
+        return _tf32(p, g, device, at, offs, beta, copies)
     pack = hopper.wgmma_pack(aligned, views)
     bm, splits, k_split = hopper.wgmma_plan(g.M, g.N, g.K, gpu.device_properties(device).sms,
                                                (128, 64) if pack is not None else (128,))
@@ -279,15 +225,45 @@ def _wgmma_family(p, g, device, at, offs, beta) -> tuple[list[Step], int, dict]:
     for i, (which, ld) in enumerate(((A, g.lda), (B, g.ldb))):
         if pack and pack & (1 << i):
             dst = -(-work // 64) * 64  # floats; 256-byte aligned
-            steps.append(_pack_step(device, views[i], ld, which, offs[which], 4 * dst))
+            steps.append(pack_step(device, views[i], ld, which, offs[which], 4 * dst))
             src[i] = (W, 4 * dst, -(-views[i][1] // 4) * 4)
             work = dst + hopper.wgmma_packed(views[i])
     config = {**fn.params, "splits": splits, "pack": pack or 0}
     if splits == 1:
-        steps.append(_tma_step(p, g, fn, grid, at, offs, 4, alpha=p.alpha, beta=beta, src=src))
+        steps.append(tma_step(p, g, fn, grid, at, offs, 4, alpha=p.alpha, beta=beta, src=src))
         return steps, work, config
-    steps.append(_tma_step(p, g, fn, grid, at, offs, 4, splits, k_split, out=W, ldd=ldw, sD=g.M * ldw, src=src))
-    return steps + [_reduce_step(p, g, device, at, offs, splits, ldw, beta)], work, config
+    steps.append(tma_step(p, g, fn, grid, at, offs, 4, splits, k_split, out=W, ldd=ldw, sD=g.M * ldw, src=src))
+    return steps + [reduce_step(p, g, device, at, offs, splits, ldw, beta)], work, config
+
+
+def _tf32(p, g, device, at, offs, beta, copies) -> tuple[list[Step], int, dict]:
+    """Precision "tf32" on Hopper: wgmma_tf32.cu on 128 x bn tiles split over K where they leave SMs
+    idle (hopper.tf32_plan), both operands read K-major by TMA, each as stored, copied into aligned
+    rows or transposed into the workspace first (``copies``, hopper.tf32_copies).  The steps, the
+    workspace (floats) and the config run."""
+    bn, splits, k_split = hopper.tf32_plan(g.M, g.N, g.K, gpu.device_properties(device).sms)
+    fn = wgmma_tf32_launcher(device, bn)
+    grid = fn.spec.grid(g.M, g.N, fn.params)
+    ldw = -(-g.N // 4) * 4
+    work = splits * g.M * ldw if splits > 1 else 0
+    ldk = -(-g.K // 4) * 4  # a copy's rows: K rounded up to 4 floats
+    steps, src = [], [(A, offs[A], g.lda), (B, offs[B], g.ldb)]
+    for i, (which, ld, rows, how) in enumerate(((A, g.lda, g.M, copies[0]), (B, g.ldb, g.N, copies[1]))):
+        if how == "stored":
+            continue
+        dst = -(-work // 64) * 64  # floats; 256-byte aligned
+        if how == "copy":
+            steps.append(pack_step(device, (rows, g.K), ld, which, offs[which], 4 * dst))
+        else:
+            steps.append(transpose_step(device, (g.K, rows), ld, which, offs[which], 4 * dst))
+        src[i] = (W, 4 * dst, ldk)
+        work = dst + rows * ldk
+    config = {"bn": bn, "splits": splits, "copies": "/".join(copies)}
+    if splits == 1:
+        steps.append(tma_step(p, g, fn, grid, at, offs, 4, alpha=p.alpha, beta=beta, src=src))
+        return steps, work, config
+    steps.append(tma_step(p, g, fn, grid, at, offs, 4, splits, k_split, out=W, ldd=ldw, sD=g.M * ldw, src=src))
+    return steps + [reduce_step(p, g, device, at, offs, splits, ldw, beta)], work, config
 
 
 def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
@@ -347,5 +323,5 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
                            (ptr["D"], out, (offs[D] if out == D else 0) + 4 * first * out_stride))))
     if splits == 1:
         return steps, 0
-    steps.append(_reduce_step(p, g, device, at, offs, splits, ldw, beta))
+    steps.append(reduce_step(p, g, device, at, offs, splits, ldw, beta))
     return steps, g.count * splits * g.M * ldw

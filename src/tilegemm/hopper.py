@@ -23,33 +23,58 @@ WGMMA_ROW_TIME = {128: 1.0, 64: 0.76}
 WGMMA_REDUCE_US, WGMMA_REDUCE_BYTES_PER_US = 3.0, 2.5e6
 
 
-def wgmma_time(M: int, N: int, K: int, sms: int, bm: int, splits: int) -> tuple[float, int, int]:
-    """(predicted microseconds, splits, k_split) of the Hopper path on bm x 128 tiles split ``splits``
-    ways over K; k_split is rounded up to whole k tiles, so the splits may come out fewer."""
+def _time(M: int, N: int, K: int, sms: int, bm: int, bn: int, splits: int, tile_us: float,
+          k_tile_us: float) -> tuple[float, int, int]:
+    """(microseconds, splits, k_split) of bm x bn tiles split ``splits`` ways over K (k tiles of 32; k_split
+    rounded up to whole k tiles, so the splits may come out fewer), one block an SM at a time."""
     bk = registry.WGMMA_FAMILY.defaults["bk"]
     k_split = -(-(-(-K // splits)) // bk) * bk
     splits = -(-K // k_split)
-    blocks = -(-M // bm) * -(-N // 128) * splits
-    t = -(-blocks // sms) * (WGMMA_TILE_US + k_split // bk * WGMMA_K_TILE_US * WGMMA_ROW_TIME[bm])
+    blocks = -(-M // bm) * -(-N // bn) * splits
+    t = -(-blocks // sms) * (tile_us + k_split // bk * k_tile_us)
     if splits > 1:
         t += WGMMA_REDUCE_US + 4.0 * M * N * (splits + 1) / WGMMA_REDUCE_BYTES_PER_US
     return t, splits, k_split
 
 
-def wgmma_plan(M: int, N: int, K: int, sms: int = 132, rows: tuple = (128, 64)) -> tuple[int, int, int]:
-    """(bm, splits, k_split) of the Hopper tensor-core path: the tile height (128, or 64 for products
-    whose rows leave 128-row tiles empty or too few) and its split over K (s splits where K / s >= 256;
-    the last, after rounding to whole k tiles, may be shorter), whichever ``wgmma_time`` predicts fastest; the first of equals in the order 128 rows, then
-    64, fewer splits first.  ``rows``: the tile heights allowed (64 needs TMA)."""
+def _least(K: int, options) -> tuple:
+    """(option, splits, k_split) of the least predicted time over ``options`` ((option, its time as a
+    function of the split count)), s splits where K / s >= 256; the first of equals (within 2%) in the
+    options' order, fewer splits first."""
     best = None
-    for bm in rows:
+    for option, time in options:
         for s in range(1, 129):
             if s > 1 and K // s < 256:
                 break
-            t, splits, k_split = wgmma_time(M, N, K, sms, bm, s)
+            t, splits, k_split = time(s)
             if best is None or t < best[0] * 0.98:
-                best = (t, bm, splits, k_split)
+                best = (t, option, splits, k_split)
     return best[1:]
+
+
+def wgmma_time(M: int, N: int, K: int, sms: int, bm: int, splits: int) -> tuple[float, int, int]:
+    """(predicted microseconds, splits, k_split) of rung 10's kernel on bm x 128 tiles split ``splits``
+    ways over K."""
+    return _time(M, N, K, sms, bm, 128, splits, WGMMA_TILE_US, WGMMA_K_TILE_US * WGMMA_ROW_TIME[bm])
+
+
+def wgmma_plan(M: int, N: int, K: int, sms: int = 132, rows: tuple = (128, 64)) -> tuple[int, int, int]:
+    """(bm, splits, k_split) of the Hopper tensor-core path: the tile height (128, or 64 for products
+    whose rows leave 128-row tiles empty or too few) and its split over K, whichever ``wgmma_time``
+    predicts fastest (``_least``).  ``rows``: the tile heights allowed (64 needs TMA)."""
+    return _least(K, [(bm, lambda s, bm=bm: wgmma_time(M, N, K, sms, bm, s)) for bm in rows])
+
+
+# precision "tf32" (wgmma_tf32.cu, 128 x bn tiles): a block's fixed cost and its time per k tile of 32
+TF32_TILE_US = 3.0
+TF32_K_TILE_US = {256: 0.75, 128: 0.42}
+
+
+def tf32_plan(M: int, N: int, K: int, sms: int = 132) -> tuple[int, int, int]:
+    """(bn, splits, k_split) of precision "tf32" on Hopper: 128 x 256 tiles, or 128 x 128 where those
+    are too few or half empty, split over K as ``wgmma_plan`` splits."""
+    return _least(K, [(bn, lambda s, bn=bn: _time(M, N, K, sms, 128, bn, s, TF32_TILE_US, TF32_K_TILE_US[bn]))
+                      for bn in (256, 128)])
 
 
 # the most floats of one operand the Hopper tensor-core path copies into aligned rows (1 GiB); a
@@ -76,3 +101,18 @@ def wgmma_pack(aligned: tuple, views: tuple) -> int | None:
     if any(not ok and wgmma_packed(v) > PACK_LIMIT for ok, v in zip(aligned, views)):
         return None
     return sum(1 << i for i, ok in enumerate(aligned) if not ok)
+
+
+def tf32_copies(layout: str, M: int, N: int, K: int, aligned: tuple) -> tuple | None:
+    """How precision "tf32" (wgmma_tf32.cu, both operands K-major) reads A and B: "stored" (as they
+    are: K-major, rows 16-byte aligned), "copy" (K-major but unaligned: copied into aligned rows,
+    pack.cu) or "transpose" (stored the other way: transposed into the workspace, pack.cu's pack_t);
+    None where such a copy would hold more than PACK_LIMIT floats (rung 10's kernel runs it then).
+    ``aligned``: whether each operand's rows are 16-byte aligned as stored."""
+    out = []
+    for kmajor, ok, rows in ((layout[0] == "N", aligned[0], M), (layout[1] == "T", aligned[1], N)):
+        how = "stored" if kmajor and ok else "copy" if kmajor else "transpose"
+        if how != "stored" and wgmma_packed((rows, K)) > PACK_LIMIT:
+            return None
+        out.append(how)
+    return tuple(out)

@@ -72,10 +72,14 @@ RUNG = Signature.of("tilegemm_kernel", "tg_common.cuh", (
 WGMMA = Signature.of("tilegemm_wgmma", "10_wgmma_tf32x3.cu", (
     "M int, N int, K int, tA tmap, tB tmap, A ptr, lda long long, B ptr, ldb long long, C ptr, ldc long long, "
     "D ptr, ldd long long, sD long long, alpha float, beta float, k_split int"))
+# wgmma_tf32.cu's tilegemm_wgmma_tf32 (precision "tf32" on Hopper): rung 10's parameters, both maps K-major
+WGMMA_TF32 = Signature("tilegemm_wgmma_tf32", "wgmma_tf32.cu", WGMMA.fields)
 # pack.cu's tilegemm_pack: an operand's rows x cols view copied into rows of ldd floats (16-byte aligned)
 PACK = Signature.of("tilegemm_pack", "pack.cu", (
     "rows int, cols int, src ptr, lds long long, dst ptr, ldd long long, gpr int"))
-SIGNATURES = {s.entry: s for s in (GEMM, REDUCE, RUNG, WGMMA, PACK)}
+# pack.cu's tilegemm_pack_t: the transposed copy (cols x rows, rows of ldd floats)
+PACK_T = Signature.of("tilegemm_pack_t", "pack.cu", "rows int, cols int, src ptr, lds long long, dst ptr, ldd long long")
+SIGNATURES = {s.entry: s for s in (GEMM, REDUCE, RUNG, WGMMA, WGMMA_TF32, PACK, PACK_T)}
 
 
 # --------------------------------------------------------------------------- launchers
@@ -147,6 +151,14 @@ def wgmma_launcher(layout: str, device: int, passes: int, tma: bool = True, bm: 
                    lambda: Launcher(registry.WGMMA_FAMILY, layout, 4, device, config))
 
 
+def wgmma_tf32_launcher(device: int, bn: int = 256) -> Launcher:
+    """Precision "tf32" on Hopper (registry.WGMMA_TF32): 128 x bn tiles, both operands K-major (one
+    build for every layout: the host hands it K-major operands)."""
+    config = (("bn", bn),) if bn != 256 else ()
+    return _cached((registry.WGMMA_TF32.name, device, config),
+                   lambda: Launcher(registry.WGMMA_TF32, "NN", 4, device, config))
+
+
 def reducer(device: int) -> Launcher:
     """The split-K reduction (also D = beta * C for K = 0) on ``device``."""
     return _cached((registry.REDUCE.name, device), lambda: Launcher(registry.REDUCE, "NN", 1, device))
@@ -155,6 +167,11 @@ def reducer(device: int) -> Launcher:
 def packer(device: int) -> Launcher:
     """The copy of an operand into 16-byte aligned rows (pack.cu) on ``device``."""
     return _cached((registry.PACK.name, device), lambda: Launcher(registry.PACK, "NN", 1, device))
+
+
+def transposer(device: int) -> Launcher:
+    """The transposed copy of an operand (pack.cu's tilegemm_pack_t) on ``device``."""
+    return _cached((registry.PACK_T.name, device), lambda: Launcher(registry.PACK_T, "NN", 1, device))
 
 
 # --------------------------------------------------------------------------- stream-K flags

@@ -309,6 +309,12 @@ PACK = KernelSpec(
     defaults={}, block=lambda p: (256, 1, 1), tile=lambda p: (1, 1), entry="tilegemm_pack",
 )
 
+PACK_T = KernelSpec(
+    name="pack_t", file="pack.cu", summary="an operand's transposed copy (for the TF32 path's K-major operands)",
+    defaults={}, block=lambda p: (256, 1, 1), tile=lambda p: (1, 1), entry="tilegemm_pack_t",
+)
+
+
 def check_kernel_precision(spec: "KernelSpec", config, precision: str) -> None:
     """A rung computes one precision, and the family's config may name its "mma": either must agree
     with ``precision`` (no silent change of precision)."""
@@ -329,6 +335,31 @@ WGMMA_FAMILY = dataclasses.replace(
     defaults={**RUNGS["10_wgmma_tf32x3"].defaults, "tg_mma_passes": 3},
     constraints=RUNGS["10_wgmma_tf32x3"].constraints + (
         _c("tg_mma_passes is 1 (TF32) or 3 (TF32x3)", lambda p, lim: p["tg_mma_passes"] in (1, 3)),))
+
+
+def _tf32_smem(p) -> int:
+    """wgmma_tf32.cu's shared memory: stages of [A 128 x 32 | B^T bn x 32] floats, the mbarriers, and
+    1024 bytes to align the tiles (the 128-byte swizzle)."""
+    return p["stages"] * (128 + p["bn"]) * 32 * 4 + 16 * p["stages"] + 1024
+
+
+# precision "tf32" on Hopper: both operands K-major through TMA into wgmma's shared-memory form, no
+# producer pass (an operand stored the other way is transposed into the workspace first, pack.cu)
+WGMMA_TF32 = KernelSpec(
+    name="gemm_wgmma_tf32", file="wgmma_tf32.cu",
+    summary="the tensor-core path's TF32: wgmma with both operands from shared memory, TMA-fed, 128 x 256 tiles",
+    source="PTX ISA wgmma, TMA, mbarrier; docs/perf-notes.md",
+    defaults={"bn": 256, "stages": 4, "swizzle": 8},
+    block=lambda p: (384, 1, 1), tile=lambda p: (128, p["bn"]), linear_grid=True,
+    entry="tilegemm_wgmma_tf32", smem=_tf32_smem, precision="tf32", archs=("sm_90a",),
+    constraints=(
+        _c("bn is 128 or 256 (wgmma m64n128k8 or m64n256k8)", lambda p, lim: p["bn"] in (128, 256)),
+        _c("stages >= 2", lambda p, lim: p["stages"] >= 2),
+        _c("stages * (128 + bn) * 128 bytes (+ 1 KB) <= shared memory per block",
+           lambda p, lim: _tf32_smem(p) <= lim.smem_per_block_optin),
+        _SWIZZLE,
+    ),
+)
 
 
 def get(name: str) -> KernelSpec:

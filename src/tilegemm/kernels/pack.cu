@@ -30,3 +30,34 @@ extern "C" __global__ void __launch_bounds__(256) tilegemm_pack(int rows, int co
         *reinterpret_cast<float4 *>(dst + r * ldd + c) = v;
     }
 }
+
+// tilegemm_pack_t: the transposed copy, for the TF32 path (wgmma_tf32.cu reads both operands K-major):
+// dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols; ldd is rows rounded up to a multiple of
+// 4 and dst 16-byte aligned (the columns past rows as zeros).  A block of 32 x 8 threads moves a 32 x
+// 32 tile through shared memory (a column padded by one float: no bank conflicts either way), reading
+// along src's rows and writing along dst's; blocks along x take column tiles, along y row tiles
+// (grid-stride).
+extern "C" __global__ void __launch_bounds__(256) tilegemm_pack_t(int rows, int cols, const float *__restrict__ src,
+                                                                  long long lds, float *__restrict__ dst,
+                                                                  long long ldd) {
+    __shared__ float tile[32][33];
+    const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
+    const int c0 = blockIdx.x * 32;
+    const tg_idx pad_rows = (rows + 3) / 4 * 4;
+    for (tg_idx r0 = (tg_idx)blockIdx.y * 32; r0 < pad_rows; r0 += (tg_idx)gridDim.y * 32) {
+#pragma unroll
+        for (int i = 0; i < 32; i += 8) {
+            const tg_idx r = r0 + ty + i;
+            const int c = c0 + tx;
+            tile[ty + i][tx] = r < rows && c < cols ? src[r * lds + c] : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < 32; i += 8) {
+            const int c = c0 + ty + i;
+            const tg_idx r = r0 + tx;
+            if (c < cols && r < pad_rows) dst[(tg_idx)c * ldd + r] = tile[tx][ty + i];
+        }
+        __syncthreads();
+    }
+}

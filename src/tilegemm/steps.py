@@ -1,0 +1,86 @@
+"""The launches a program is made of besides the family's own: the split-K reduction, the copies of an
+operand into the workspace (pack.cu: into aligned rows, or transposed), and the Hopper kernels' TMA
+launch (rung 10's kernel and wgmma_tf32.cu, their operands as tensor maps).  Each returns a ``Step``
+with every argument fixed but the pointers; dispatch.py puts them together."""
+
+from __future__ import annotations
+
+from .errors import UnsupportedOperands
+from .launch import PACK, PACK_T, REDUCE, WGMMA, WGMMA_TF32, A, B, C, D, W, Step, packer, reducer, transposer
+from .plan import vector_width
+
+
+def reduce_step(p, g, device, at, offs, splits, ldw, beta, alpha=None) -> Step:
+    """D = alpha * (the sum of W's ``splits`` planes, rows of ldw floats) + beta * C; splits = 0
+    gives beta * C (K = 0).  float4 accesses where N, D (and C, when read) allow them."""
+    sc, sd = g.strides[2:]
+    fn = reducer(device)
+    ops = [(at[D], g.ldd, sd)] + ([(at[C], g.ldc, sc)] if beta != 0.0 else [])
+    vec = 4 if g.N % 4 == 0 and ldw % 4 == 0 and vector_width(*ops) == 4 else 1
+    grid = (max(1, -(-(g.N // vec) // 256)), max(1, min(g.M * g.count, 65535)), 1)
+    args = REDUCE.values(M=g.M, N=g.N, batches=g.count, splits=splits, W=0, ldw=ldw, C=0, ldc=g.ldc, sC=sc,
+                         D=0, ldd=g.ldd, sD=sd, alpha=p.alpha if alpha is None else alpha, beta=beta, vec=vec)
+    ptrs = ((REDUCE.slot("C"), C, offs[C]), (REDUCE.slot("D"), D, offs[D])) + (
+        ((REDUCE.slot("W"), W, 0),) if splits else ())
+    return Step(fn.prepare(grid, p.pdl), tuple(args), ptrs)
+
+
+def tma_step(p, g, fn, grid, at, offs, vec, splits=1, k_split=None, out=D, ldd=None, sD=0, alpha=1.0,
+              beta=0.0, src=None) -> Step:
+    """A launch of rung 10's kernel: D = alpha A B + beta C into ``out`` (D, or the split-K workspace W
+    with planes sD apart); its operands as tensor maps, encoded per launch from the pointers (tma.py;
+    TMA reads 16-byte aligned rows only), or with tg_tma = 0 as pointers its producer copies from.
+    ``src``: where each operand is read, ((pointer, byte offset, leading dimension) for A, then B):
+    by default the call's operands, else a copy in the workspace (``pack_step``)."""
+    from .tma import encoder
+
+    tma = fn.params.get("tg_tma", 1)
+    if tma and vec != 4:
+        raise UnsupportedOperands(f"kernel={p.kernel!r} copies its operands with TMA, which needs them 16-byte aligned "
+                         f"with leading dimensions (and batch strides) a multiple of 4 floats; pass such "
+                         f"arrays (e.g. contiguous ones with a column count a multiple of 4) or another kernel")
+    sa, sb, sc, sd = g.strides
+    (wa, oa, lda), (wb, ob, ldb) = src or ((A, offs[A], g.lda), (B, offs[B], g.ldb))
+    bm, bn = fn.spec.tile(fn.params)
+    bk = fn.params.get("bk", 32)
+    # the view each map describes: rows x cols with row stride ld (tg_common.cuh's layouts); A's boxes
+    # swizzled as 10_wgmma_tf32x3.cu's a_at reads them; wgmma_tf32.cu reads both K-major (A: M x K,
+    # B^T: N x K) in the 128-byte swizzle its descriptors name
+    if fn.signature is WGMMA_TF32:
+        ea, eb = encoder(g.M, g.K, lda, bm, bk, 128), encoder(g.N, g.K, ldb, bn, bk, 128)
+    else:
+        ea = encoder(g.M, g.K, lda, bm, bk, 4 * bk) if g.layout[0] == "N" else encoder(g.K, g.M, lda, bk, 32, 128)
+        eb = encoder(g.K, g.N, ldb, bk, bn) if g.layout[1] == "N" else encoder(g.N, g.K, ldb, bn, bk)
+    args = WGMMA.values(M=g.M, N=g.N, K=g.K, tA=bytes(128), tB=bytes(128), A=0, lda=lda, B=0, ldb=ldb, C=0,
+                        ldc=g.ldc, D=0, ldd=g.ldd if ldd is None else ldd, sD=sD, alpha=alpha, beta=beta,
+                        k_split=k_split or -(-g.K // bk) * bk)
+    ptrs = ((WGMMA.slot("D"), out, offs[D] if out == D else 0), (WGMMA.slot("C"), C, offs[C]),
+            (WGMMA.slot("A"), wa, oa), (WGMMA.slot("B"), wb, ob))
+    maps = ((WGMMA.slot("tA"), wa, oa, 4 * sa, ea), (WGMMA.slot("tB"), wb, ob, 4 * sb, eb)) if tma else ()
+    return Step(fn.prepare((grid[0], 1, splits), False), tuple(args), ptrs, repeat=g.count,
+                strides=(4 * sd, 4 * sc, 4 * sa, 4 * sb), maps=maps)
+
+
+def pack_step(device, view, ld, which, off, dst) -> Step:
+    """Copy operand ``which`` (its view: rows, cols, rows ``ld`` apart; at byte offset ``off``) into the
+    workspace at byte offset ``dst``, in rows of cols rounded up to 4 floats (pack.cu)."""
+    rows, cols = view
+    fn = packer(device)
+    groups = -(-cols // 4)
+    gpr = min(256, 1 << max(0, (groups - 1).bit_length()))  # column groups a block takes from each row
+    per_block = 256 // gpr
+    grid = (-(-groups // gpr), max(1, min(-(-rows // per_block), 65535)), 1)
+    args = PACK.values(rows=rows, cols=cols, src=0, lds=ld, dst=0, ldd=-(-cols // 4) * 4, gpr=gpr)
+    return Step(fn.prepare(grid, False), tuple(args), ((PACK.slot("src"), which, off), (PACK.slot("dst"), W, dst)))
+
+
+def transpose_step(device, view, ld, which, off, dst) -> Step:
+    """Copy operand ``which`` (its stored view: rows, cols, rows ``ld`` apart; at byte offset ``off``)
+    transposed into the workspace at byte offset ``dst``: cols rows of ``rows`` rounded up to 4 floats
+    (pack.cu's pack_t)."""
+    rows, cols = view
+    fn = transposer(device)
+    ldd = -(-rows // 4) * 4
+    grid = (-(-cols // 32), max(1, min(-(-ldd // 32), 65535)), 1)
+    args = PACK_T.values(rows=rows, cols=cols, src=0, lds=ld, dst=0, ldd=ldd)
+    return Step(fn.prepare(grid, False), tuple(args), ((PACK_T.slot("src"), which, off), (PACK_T.slot("dst"), W, dst)))

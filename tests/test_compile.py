@@ -405,3 +405,24 @@ def test_rung10_is_wgmma_fed_by_tma(layout, passes, tma):
     assert sum(v for op, v in ops.items() if op.startswith("USETMAXREG")) == 2
     with pytest.raises(ConfigError, match="runs only on sm_90a"):
         spec.compile({"tg_mma_passes": passes}, layout=layout, arch="sm_80")
+
+
+@pytest.mark.parametrize("cfg", [{}, {"tg_p_mn": 1}, {"tg_p_mn": 1, "tg_swap": 1}, {"bn": 128, "tg_p_mn": 1}])
+def test_the_tf32_kernel_streams_both_operands_to_wgmma(cfg):
+    """wgmma_tf32.cu (precision "tf32" on Hopper) builds for sm_90a without spills or local memory: per
+    k tile of 32, 4 wgmma m64n{bn}k8 in the consumers' loop (the loop is built twice, one per register
+    set of the M-major A's fragments), both operand tiles copied by TMA; shared-memory loads only where
+    its A is M-major (the fragments), none where both are read by wgmma from shared memory."""
+    spec = registry.WGMMA_TF32
+    k = spec.compile(cfg, layout="NN", arch="sm_90")
+    assert k.arch == "sm_90a" and k.resources.spills == 0
+    listing = sass.disassemble(k.cubin)
+    assert not sass.uses_local_memory(listing)
+    ops = sass.opcode_counts(listing)
+    bn = spec.params(cfg)["bn"]
+    assert sum(v for op, v in ops.items() if op.startswith("HGMMA")) == 2 * 4
+    assert listing.count(f"HGMMA.64x{bn}x8.F32.TF32") == 2 * 4
+    assert sum(v for op, v in ops.items() if op.startswith("UTMALDG")) >= 2
+    lds = sum(v for op, v in ops.items() if op.startswith("LDS"))
+    assert (lds > 0) == bool(cfg.get("tg_p_mn"))
+    assert not any(op.startswith(("FFMA", "HMMA")) for op in ops)

@@ -110,7 +110,7 @@ def test_bench_names_carry_their_precision():
 @pytest.mark.parametrize("precision, passes", [("tf32x3", 3), ("tf32", 1)])
 def test_on_hopper_tensor_core_calls_run_rung_10s_kernel_split_over_k(stubs, monkeypatch, precision, passes):  # noqa: F811
     if precision == "tf32":  # rung 10's kernel runs tf32 only where wgmma_tf32.cu's copies would be too large
-        monkeypatch.setattr(hopper, "tf32_copies", lambda *a: None)
+        monkeypatch.setattr(hopper, "tf32_operands", lambda *a: None)
     """Few 128 x 128 tiles and a long K: the wgmma kernel writes split-K planes of the workspace
     (alpha 1, beta 0; its operands as TMA tensor maps, encoded per launch), the reduction applies
     alpha and beta.  Many tiles: one launch straight into D with alpha and beta."""
@@ -224,10 +224,11 @@ def test_the_64_row_tile_builds_and_is_checked():
         F.check(F.params({"bm": 32}), Limits.for_arch("sm_90"))
 
 
-def test_on_hopper_tf32_reads_both_operands_k_major(stubs, monkeypatch):  # noqa: F811
-    """precision "tf32": wgmma_tf32.cu with A (M x K) and B^T (N x K) as K-major tensor maps, an
-    operand stored the other way transposed into the workspace first (pack_t), one stored K-major but
-    unaligned copied (pack); split over K with the reduction where tiles are few; past the copy limit
+def test_on_hopper_tf32_reads_its_b_k_major_and_its_a_either_way(stubs, monkeypatch):  # noqa: F811
+    """precision "tf32": wgmma_tf32.cu, whose B is K-major (N x K) and whose A is K-major or M-major
+    (read into registers); row-major A and B (NN) swap (the kernel computes C^T = B^T A^T, B its
+    register operand), TN transposes its smaller operand into the workspace (pack_t), an unaligned
+    operand is copied (pack); split over K with the reduction where tiles are few; past the copy limit
     rung 10's kernel in one pass."""
     from types import SimpleNamespace
 
@@ -235,8 +236,8 @@ def test_on_hopper_tf32_reads_both_operands_k_major(stubs, monkeypatch):  # noqa
 
     monkeypatch.setattr(dispatch, "_on_hopper_tensor_cores", lambda *a: True)
     monkeypatch.setattr(dispatch.gpu, "device_properties", lambda device=None: SimpleNamespace(sms=132))
-    monkeypatch.setattr(dispatch, "wgmma_tf32_launcher", lambda device, bn=256: FakeLauncher(
-        registry.WGMMA_TF32, (("bn", bn),), 4, stubs.log))
+    monkeypatch.setattr(dispatch, "wgmma_tf32_launcher", lambda device, bn=256, p_mn=0, swap=0: FakeLauncher(
+        registry.WGMMA_TF32, (("bn", bn), ("tg_p_mn", p_mn), ("tg_swap", swap)), 4, stubs.log))
     monkeypatch.setattr(dispatch, "wgmma_launcher", lambda layout, device, p, tma, bm=128: FakeLauncher(
         registry.WGMMA_FAMILY, (("tg_mma_passes", p), ("tg_tma", int(tma)), ("bm", bm)), 4, stubs.log))
     T, PT = launch.WGMMA_TF32, launch.PACK_T
@@ -245,39 +246,46 @@ def test_on_hopper_tf32_reads_both_operands_k_major(stubs, monkeypatch):  # noqa
         return dispatch.build(plan(a, b, out, precision="tf32", **kw), 0, (PA, PB, 0, PD),
                               lambda *k: pytest.fail("no mma.sync config is chosen"))
 
-    # NN: B (512 x 4096, rows along N) transposed into rows of K; A read where it is
-    prog = build(op("a", (4096, 512), ptr=PA), op("b", (512, 4096), ptr=PB), op("out", (4096, 4096), ptr=PD))
-    tr, mm = prog.steps
-    targs = dict(zip((n for n, _ in PT.fields), tr.args))
-    assert (targs["rows"], targs["cols"], targs["lds"], targs["ldd"]) == (512, 4096, 4096, 512)
-    assert tr.ptrs == ((PT.slot("src"), launch.B, 0), (PT.slot("dst"), launch.W, 0))
-    assert tr.go.grid[0] * 32 >= 4096 and tr.go.grid[1] * 32 >= 512
-    assert prog.config == {"bn": 256, "splits": 1, "copies": "stored/transpose"} and prog.work_floats == 4096 * 512
-    assert mm.go.grid == (32 * 16, 1, 1) and [(m[1], m[2]) for m in mm.maps] == [(launch.A, 0), (launch.W, 0)]
-    assert dict(zip((n for n, _ in T.fields), mm.args))["ldb"] == 512
-    # NT (x @ W.T, as torch's Linear): both K-major as stored, one launch
+    def args(step, sig=T):
+        return dict(zip((n for n, _ in sig.fields), step.args))
+
+    # NN: no copy; the kernel's A is B (2048 rows of N, M-major), its B is A, M and N swapped
+    prog = build(op("a", (4096, 512), ptr=PA), op("b", (512, 2048), ptr=PB), op("out", (4096, 2048), ptr=PD))
+    (mm,) = prog.steps
+    assert prog.config == {"bn": 256, "splits": 1, "swap": 1, "copies": "stored/stored"} and prog.work_floats == 0
+    assert (args(mm)["M"], args(mm)["N"], args(mm)["lda"], args(mm)["ldb"]) == (2048, 4096, 2048, 512)
+    assert mm.go.grid == (16 * 16, 1, 1) and [(m[1], m[2]) for m in mm.maps] == [(launch.B, 0), (launch.A, 0)]
+    # NT (x @ W.T, as torch's Linear): both K-major as stored, no swap
     b = op("b", (512, 4096), strides=(1, 512), ptr=PB)
-    (mm,) = build(op("a", (4096, 512), ptr=PA), b, op("out", (4096, 4096), ptr=PD)).steps
-    assert [(m[1], m[2]) for m in mm.maps] == [(launch.A, 0), (launch.B, 0)]
-    # TN with an unaligned K: A (stored K x M) transposed, B transposed, rows of K rounded up to 4
+    prog = build(op("a", (4096, 512), ptr=PA), b, op("out", (4096, 4096), ptr=PD))
+    assert prog.config["swap"] == 0 and [(m[1], m[2]) for m in prog.steps[0].maps] == [(launch.A, 0), (launch.B, 0)]
+    # TN, M >= N: A (stored 511 x 300) read M-major as stored, B (511 x 200) transposed into rows of 512
     a = op("a", (300, 511), strides=(1, 300), ptr=PA)
     prog = build(a, op("b", (511, 200), ptr=PB), op("out", (300, 200), ptr=PD))
-    ta, tb, mm = prog.steps[:3]
-    assert prog.config["copies"] == "transpose/transpose"
-    assert dict(zip((n for n, _ in PT.fields), ta.args))["ldd"] == 512 and ta.ptrs[1][2] == 0
-    assert tb.ptrs[1] == (PT.slot("dst"), launch.W, 4 * -(-300 * 512 // 64) * 64)
-    # NT unaligned (rows of 511 floats): both copied into aligned rows, not transposed
+    tr, mm = prog.steps
+    assert prog.config["copies"] == "stored/transpose" and prog.config["swap"] == 0
+    targs = args(tr, PT)
+    assert (targs["rows"], targs["cols"], targs["lds"], targs["ldd"]) == (511, 200, 200, 512)
+    assert tr.ptrs == ((PT.slot("src"), launch.B, 0), (PT.slot("dst"), launch.W, 0))
+    assert tr.go.grid[0] * 32 >= 200 and tr.go.grid[1] * 32 >= 512 and prog.work_floats == 200 * 512
+    assert [(m[1], m[2]) for m in mm.maps] == [(launch.A, 0), (launch.W, 0)] and args(mm)["ldb"] == 512
+    # TN, M < N: A transposed, swapped
+    a = op("a", (200, 511), strides=(1, 200), ptr=PA)
+    prog = build(a, op("b", (511, 300), ptr=PB), op("out", (200, 300), ptr=PD))
+    assert prog.config["swap"] == 1 and prog.steps[0].ptrs[0] == (PT.slot("src"), launch.A, 0)
+    # NT unaligned (rows of 511 floats): both copied into aligned rows, the second 256-byte aligned
     b = op("b", (511, 200), strides=(1, 511), ptr=PB)
     prog = build(op("a", (300, 511), ptr=PA), b, op("out", (300, 200), ptr=PD))
-    assert prog.config["copies"] == "copy/copy" and [s.ptrs[0][0] for s in prog.steps[:2]] == [launch.PACK.slot("src")] * 2
+    pa_, pb_, mm = prog.steps
+    assert prog.config["copies"] == "copy/copy" and pb_.ptrs[1] == (launch.PACK.slot("dst"), launch.W, 4 * 300 * 512)
+    assert [(m[1], m[2]) for m in mm.maps] == [(launch.W, 0), (launch.W, 4 * 300 * 512)]
     # few tiles and a long K: split over K, planes written alpha 1, beta 0, the reduction applies them
     b = op("b", (100000, 64), strides=(1, 100000), ptr=PB)
     prog = build(op("a", (64, 100000), ptr=PA), b, op("out", (64, 64), ptr=PD), alpha=0.5)
     mm, red = prog.steps
-    assert prog.config["splits"] > 8 and mm.go.grid[2] == prog.config["splits"]
-    assert dict(zip((n for n, _ in T.fields), mm.args))["alpha"] == 1.0
-    assert dict(zip((n for n, _ in launch.REDUCE.fields), red.args))["alpha"] == 0.5
+    assert prog.config["splits"] > 8 and mm.go.grid[2] == prog.config["splits"] and args(mm)["alpha"] == 1.0
+    assert args(red, launch.REDUCE)["alpha"] == 0.5 and prog.work_floats == prog.config["splits"] * 64 * 64
     # past the copy limit: rung 10's kernel, one pass
     monkeypatch.setattr(hopper, "PACK_LIMIT", 1000)
-    prog = build(op("a", (4096, 512), ptr=PA), op("b", (512, 4096), ptr=PB), op("out", (4096, 4096), ptr=PD))
+    prog = build(op("a", (4096, 511), ptr=PA), op("b", (511, 4096), ptr=PB), op("out", (4096, 4096), ptr=PD))
     assert prog.config["tg_mma_passes"] == 1

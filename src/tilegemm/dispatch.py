@@ -20,7 +20,7 @@ from .arrays import UNKNOWN, Operand, describe
 from .launch import (GEMM, RUNG, WGMMA, A, B, C, D, W, Program, Step, launcher, wgmma_launcher,
                      wgmma_tf32_launcher)
 from .plan import GRID_Z, Plan, plan, vector_width
-from .steps import pack_step, reduce_step, tma_step, transpose_step
+from .steps import pack_step, reduce_step, tf32_step, tma_step, transpose_step
 
 FAMILY = registry.FAMILY.name
 _ext_streams: dict[tuple, object] = {}
@@ -211,9 +211,9 @@ def _wgmma_family(p, g, device, at, offs, beta) -> tuple[list[Step], int, dict]:
     cp.async).  The steps, the workspace (floats) and the config run."""
     views = hopper.wgmma_views(g.layout, g.M, g.N, g.K)
     aligned = (vector_width((at[A], g.lda)) == 4, vector_width((at[B], g.ldb)) == 4)
-    copies = hopper.tf32_copies(g.layout, g.M, g.N, g.K, aligned) if p.precision == "tf32" else None
-    if copies is not None:
-        return _tf32(p, g, device, at, offs, beta, copies)
+    ops = hopper.tf32_operands(g.layout, g.M, g.N, g.K, aligned) if p.precision == "tf32" else None
+    if ops is not None:
+        return _tf32(p, g, device, at, offs, beta, ops)
     pack = hopper.wgmma_pack(aligned, views)
     bm, splits, k_split = hopper.wgmma_plan(g.M, g.N, g.K, gpu.device_properties(device).sms,
                                                (128, 64) if pack is not None else (128,))
@@ -236,33 +236,36 @@ def _wgmma_family(p, g, device, at, offs, beta) -> tuple[list[Step], int, dict]:
     return steps + [reduce_step(p, g, device, at, offs, splits, ldw, beta)], work, config
 
 
-def _tf32(p, g, device, at, offs, beta, copies) -> tuple[list[Step], int, dict]:
+def _tf32(p, g, device, at, offs, beta, ops) -> tuple[list[Step], int, dict]:
     """Precision "tf32" on Hopper: wgmma_tf32.cu on 128 x bn tiles split over K where they leave SMs
-    idle (hopper.tf32_plan), both operands read K-major by TMA, each as stored, copied into aligned
-    rows or transposed into the workspace first (``copies``, hopper.tf32_copies).  The steps, the
-    workspace (floats) and the config run."""
-    bn, splits, k_split = hopper.tf32_plan(g.M, g.N, g.K, gpu.device_properties(device).sms)
-    fn = wgmma_tf32_launcher(device, bn)
-    grid = fn.spec.grid(g.M, g.N, fn.params)
+    idle (hopper.tf32_plan, on the kernel's M and N), its operands as ``ops`` (hopper.tf32_operands)
+    says: the call's A and B, or B and A (swap), each read as stored, copied into aligned rows or
+    transposed into the workspace first.  The steps, the workspace (floats) and the config run."""
+    swap = ops["swap"]
+    Mk, Nk = (g.N, g.M) if swap else (g.M, g.N)
+    bn, splits, k_split = hopper.tf32_plan(Mk, Nk, g.K, gpu.device_properties(device).sms)
+    fn = wgmma_tf32_launcher(device, bn, ops["p_mn"], swap)
     ldw = -(-g.N // 4) * 4
     work = splits * g.M * ldw if splits > 1 else 0
-    ldk = -(-g.K // 4) * 4  # a copy's rows: K rounded up to 4 floats
-    steps, src = [], [(A, offs[A], g.lda), (B, offs[B], g.ldb)]
-    for i, (which, ld, rows, how) in enumerate(((A, g.lda, g.M, copies[0]), (B, g.ldb, g.N, copies[1]))):
+    steps, src = [], []
+    for which, ld, rows, kmajor, how in ((B, g.ldb, g.N, False, ops["a"]), (A, g.lda, g.M, True, ops["b"])
+                                         ) if swap else ((A, g.lda, g.M, not ops["p_mn"], ops["a"]),
+                                                         (B, g.ldb, g.N, True, ops["b"])):
+        view = (rows, g.K) if kmajor else (g.K, rows)  # the view the kernel reads (rows, contiguous cols)
         if how == "stored":
+            src.append((which, offs[which], ld))
             continue
         dst = -(-work // 64) * 64  # floats; 256-byte aligned
         if how == "copy":
-            steps.append(pack_step(device, (rows, g.K), ld, which, offs[which], 4 * dst))
-        else:
-            steps.append(transpose_step(device, (g.K, rows), ld, which, offs[which], 4 * dst))
-        src[i] = (W, 4 * dst, ldk)
-        work = dst + rows * ldk
-    config = {"bn": bn, "splits": splits, "copies": "/".join(copies)}
+            steps.append(pack_step(device, view, ld, which, offs[which], 4 * dst))
+        else:  # stored the other way: (K, rows) transposed into (rows, K)
+            steps.append(transpose_step(device, view[::-1], ld, which, offs[which], 4 * dst))
+        src.append((W, 4 * dst, -(-view[1] // 4) * 4))
+        work = dst + hopper.wgmma_packed(view)
+    config = {"bn": bn, "splits": splits, "swap": swap, "copies": f"{ops['a']}/{ops['b']}"}
     if splits == 1:
-        steps.append(tma_step(p, g, fn, grid, at, offs, 4, alpha=p.alpha, beta=beta, src=src))
-        return steps, work, config
-    steps.append(tma_step(p, g, fn, grid, at, offs, 4, splits, k_split, out=W, ldd=ldw, sD=g.M * ldw, src=src))
+        return steps + [tf32_step(g, fn, offs, src, swap, alpha=p.alpha, beta=beta)], work, config
+    steps.append(tf32_step(g, fn, offs, src, swap, splits, k_split, out=W, ldd=ldw, sD=g.M * ldw))
     return steps + [reduce_step(p, g, device, at, offs, splits, ldw, beta)], work, config
 
 

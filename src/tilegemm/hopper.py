@@ -103,16 +103,29 @@ def wgmma_pack(aligned: tuple, views: tuple) -> int | None:
     return sum(1 << i for i, ok in enumerate(aligned) if not ok)
 
 
-def tf32_copies(layout: str, M: int, N: int, K: int, aligned: tuple) -> tuple | None:
-    """How precision "tf32" (wgmma_tf32.cu, both operands K-major) reads A and B: "stored" (as they
-    are: K-major, rows 16-byte aligned), "copy" (K-major but unaligned: copied into aligned rows,
-    pack.cu) or "transpose" (stored the other way: transposed into the workspace, pack.cu's pack_t);
-    None where such a copy would hold more than PACK_LIMIT floats (rung 10's kernel runs it then).
-    ``aligned``: whether each operand's rows are 16-byte aligned as stored."""
-    out = []
-    for kmajor, ok, rows in ((layout[0] == "N", aligned[0], M), (layout[1] == "T", aligned[1], N)):
-        how = "stored" if kmajor and ok else "copy" if kmajor else "transpose"
-        if how != "stored" and wgmma_packed((rows, K)) > PACK_LIMIT:
+def tf32_operands(layout: str, M: int, N: int, K: int, aligned: tuple) -> dict | None:
+    """How precision "tf32" (wgmma_tf32.cu) reads the call's operands: {"swap": the kernel computes
+    C^T = B^T A^T (its A is the call's B), "p_mn": the kernel's A is M-major (read into registers),
+    "a", "b": how the kernel's A and B get to it: "stored" (as they are: rows 16-byte aligned),
+    "copy" (into aligned rows, pack.cu) or "transpose" (into K-major rows, pack.cu's pack_t)}.  The
+    kernel's B must be K-major, its A either: NT and TT need no copy, NN swaps (B, stored N-major, is
+    the register operand); TN transposes the smaller operand.  None where a copy would hold more than
+    PACK_LIMIT floats (rung 10's kernel runs it then).  ``aligned``: whether each operand's rows are
+    16-byte aligned as stored."""
+    kmajor = (layout[0] == "N", layout[1] == "T")
+    if layout == "TN":  # both M/N-major: transpose the smaller; the other is the register operand
+        swap = M < N
+    else:
+        swap = layout == "NN"
+    order = (1, 0) if swap else (0, 1)  # the call's operand that is the kernel's A, then its B
+    rows = (M, N)
+    hows = []
+    for kernel_op, i in enumerate(order):
+        if kernel_op == 1 and not kmajor[i]:
+            how, floats = "transpose", wgmma_packed((rows[i], K))
+        else:
+            how, floats = ("stored" if aligned[i] else "copy"), wgmma_packed((rows[i], K) if kmajor[i] else (K, rows[i]))
+        if how != "stored" and floats > PACK_LIMIT:
             return None
-        out.append(how)
-    return tuple(out)
+        hows.append(how)
+    return {"swap": int(swap), "p_mn": int(not kmajor[order[0]]), "a": hows[0], "b": hows[1]}

@@ -34,7 +34,7 @@ def tma_step(p, g, fn, grid, at, offs, vec, splits=1, k_split=None, out=D, ldd=N
     by default the call's operands, else a copy in the workspace (``pack_step``)."""
     from .tma import encoder
 
-    tma = fn.params.get("tg_tma", 1)
+    tma = fn.params["tg_tma"]
     if tma and vec != 4:
         raise UnsupportedOperands(f"kernel={p.kernel!r} copies its operands with TMA, which needs them 16-byte aligned "
                          f"with leading dimensions (and batch strides) a multiple of 4 floats; pass such "
@@ -42,15 +42,11 @@ def tma_step(p, g, fn, grid, at, offs, vec, splits=1, k_split=None, out=D, ldd=N
     sa, sb, sc, sd = g.strides
     (wa, oa, lda), (wb, ob, ldb) = src or ((A, offs[A], g.lda), (B, offs[B], g.ldb))
     bm, bn = fn.spec.tile(fn.params)
-    bk = fn.params.get("bk", 32)
+    bk = fn.params["bk"]
     # the view each map describes: rows x cols with row stride ld (tg_common.cuh's layouts); A's boxes
-    # swizzled as 10_wgmma_tf32x3.cu's a_at reads them; wgmma_tf32.cu reads both K-major (A: M x K,
-    # B^T: N x K) in the 128-byte swizzle its descriptors name
-    if fn.signature is WGMMA_TF32:
-        ea, eb = encoder(g.M, g.K, lda, bm, bk, 128), encoder(g.N, g.K, ldb, bn, bk, 128)
-    else:
-        ea = encoder(g.M, g.K, lda, bm, bk, 4 * bk) if g.layout[0] == "N" else encoder(g.K, g.M, lda, bk, 32, 128)
-        eb = encoder(g.K, g.N, ldb, bk, bn) if g.layout[1] == "N" else encoder(g.N, g.K, ldb, bn, bk)
+    # swizzled as 10_wgmma_tf32x3.cu's a_at reads them
+    ea = encoder(g.M, g.K, lda, bm, bk, 4 * bk) if g.layout[0] == "N" else encoder(g.K, g.M, lda, bk, 32, 128)
+    eb = encoder(g.K, g.N, ldb, bk, bn) if g.layout[1] == "N" else encoder(g.N, g.K, ldb, bn, bk)
     args = WGMMA.values(M=g.M, N=g.N, K=g.K, tA=bytes(128), tB=bytes(128), A=0, lda=lda, B=0, ldb=ldb, C=0,
                         ldc=g.ldc, D=0, ldd=g.ldd if ldd is None else ldd, sD=sD, alpha=alpha, beta=beta,
                         k_split=k_split or -(-g.K // bk) * bk)
@@ -84,3 +80,26 @@ def transpose_step(device, view, ld, which, off, dst) -> Step:
     grid = (-(-cols // 32), max(1, min(-(-ldd // 32), 65535)), 1)
     args = PACK_T.values(rows=rows, cols=cols, src=0, lds=ld, dst=0, ldd=ldd)
     return Step(fn.prepare(grid, False), tuple(args), ((PACK_T.slot("src"), which, off), (PACK_T.slot("dst"), W, dst)))
+
+
+def tf32_step(g, fn, offs, ops, swap: int, splits=1, k_split=None, out=D, ldd=None, sD=0, alpha=1.0, beta=0.0) -> Step:
+    """A launch of wgmma_tf32.cu: D = alpha A B + beta C into ``out`` (D, or the workspace's planes
+    sD apart).  ``ops``: (pointer slot, byte offset, leading dimension) of the kernel's A and B, the
+    call's operands or their copies (hopper.tf32_operands); with ``swap`` the kernel's A is the call's
+    B and its M and N are swapped.  The maps: the kernel's B K-major (N x K, boxes of bn rows), its A
+    K-major (M x K, boxes of 128 rows) or M-major (K x M, boxes of 32 x 32), 128-byte swizzled."""
+    from .tma import encoder
+
+    Mk, Nk = (g.N, g.M) if swap else (g.M, g.N)
+    (wa, oa, lda), (wb, ob, ldb) = ops
+    bk = 32
+    ea = encoder(g.K, Mk, lda, bk, 32, 128) if fn.params["tg_p_mn"] else encoder(Mk, g.K, lda, 128, bk, 128)
+    eb = encoder(Nk, g.K, ldb, fn.params["bn"], bk, 128)
+    grid = fn.spec.grid(Mk, Nk, fn.params)
+    S = WGMMA_TF32
+    args = S.values(M=Mk, N=Nk, K=g.K, tA=bytes(128), tB=bytes(128), A=0, lda=lda, B=0, ldb=ldb, C=0, ldc=g.ldc, D=0,
+                    ldd=g.ldd if ldd is None else ldd, sD=sD, alpha=alpha, beta=beta, k_split=k_split or -(-g.K // bk) * bk)
+    ptrs = ((S.slot("D"), out, offs[D] if out == D else 0), (S.slot("C"), C, offs[C]), (S.slot("A"), wa, oa),
+            (S.slot("B"), wb, ob))
+    maps = ((S.slot("tA"), wa, oa, 0, ea), (S.slot("tB"), wb, ob, 0, eb))
+    return Step(fn.prepare((grid[0], 1, splits), False), tuple(args), ptrs, maps=maps)

@@ -65,9 +65,11 @@ def wgmma_plan(M: int, N: int, K: int, sms: int = 132, rows: tuple = (128, 64)) 
     return _least(K, [(bm, lambda s, bm=bm: wgmma_time(M, N, K, sms, bm, s)) for bm in rows])
 
 
-# precision "tf32" (wgmma_tf32.cu, 128 x bn tiles): a block's fixed cost and its time per k tile of 32
+# precision "tf32" (wgmma_tf32.cu, 128 x bn tiles): a block's fixed cost (not measured yet: rung 10's,
+# less its split) and its time per k tile of 32, from 4096^3 NN (370 TFLOPS on 128 x 256 tiles, 277 on
+# 128 x 128: four and eight rounds of 128 k tiles; docs/perf-notes.md)
 TF32_TILE_US = 3.0
-TF32_K_TILE_US = {256: 0.75, 128: 0.42}
+TF32_K_TILE_US = {256: 0.72, 128: 0.48}
 
 
 def tf32_plan(M: int, N: int, K: int, sms: int = 132) -> tuple[int, int, int]:

@@ -236,8 +236,8 @@ def test_on_hopper_tf32_reads_its_b_k_major_and_its_a_either_way(stubs, monkeypa
 
     monkeypatch.setattr(dispatch, "_on_hopper_tensor_cores", lambda *a: True)
     monkeypatch.setattr(dispatch.gpu, "device_properties", lambda device=None: SimpleNamespace(sms=132))
-    monkeypatch.setattr(dispatch, "wgmma_tf32_launcher", lambda device, bn=256, p_mn=0, swap=0, cluster=1: FakeLauncher(
-        registry.WGMMA_TF32, (("bn", bn), ("tg_p_mn", p_mn), ("tg_swap", swap), ("tg_cluster", cluster)), 4, stubs.log))
+    monkeypatch.setattr(dispatch, "wgmma_tf32_launcher", lambda device, bn=256, p_mn=0, swap=0: FakeLauncher(
+        registry.WGMMA_TF32, (("bn", bn), ("tg_p_mn", p_mn), ("tg_swap", swap)), 4, stubs.log))
     monkeypatch.setattr(dispatch, "wgmma_launcher", lambda layout, device, p, tma, bm=128: FakeLauncher(
         registry.WGMMA_FAMILY, (("tg_mma_passes", p), ("tg_tma", int(tma)), ("bm", bm)), 4, stubs.log))
     T, PT = launch.WGMMA_TF32, launch.PACK_T
@@ -252,11 +252,9 @@ def test_on_hopper_tf32_reads_its_b_k_major_and_its_a_either_way(stubs, monkeypa
     # NN: no copy; the kernel's A is B (2048 rows of N, M-major), its B is A, M and N swapped
     prog = build(op("a", (4096, 512), ptr=PA), op("b", (512, 2048), ptr=PB), op("out", (4096, 2048), ptr=PD))
     (mm,) = prog.steps
-    assert prog.config == {"bn": 256, "splits": 1, "swap": 1, "cluster": 2, "copies": "stored/stored"}
-    assert prog.work_floats == 0
+    assert prog.config == {"bn": 256, "splits": 1, "swap": 1, "copies": "stored/stored"} and prog.work_floats == 0
     assert (args(mm)["M"], args(mm)["N"], args(mm)["lda"], args(mm)["ldb"]) == (2048, 4096, 2048, 512)
-    # clusters of two blocks on tiles one above the other: 8 x 16 pairs
-    assert mm.go.grid == (2 * 8 * 16, 1, 1) and [(m[1], m[2]) for m in mm.maps] == [(launch.B, 0), (launch.A, 0)]
+    assert mm.go.grid == (16 * 16, 1, 1) and [(m[1], m[2]) for m in mm.maps] == [(launch.B, 0), (launch.A, 0)]
     # NT (x @ W.T, as torch's Linear): both K-major as stored, no swap
     b = op("b", (512, 4096), strides=(1, 512), ptr=PB)
     prog = build(op("a", (4096, 512), ptr=PA), b, op("out", (4096, 4096), ptr=PD))

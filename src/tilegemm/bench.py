@@ -140,10 +140,8 @@ def measure(kernels, M, N, K, layout="NN", progress=None, batch=1, refs=(), case
                 cfg, src = selection.select(dev, layout, M, N, K, batch)
             elif hopper.hopper_tensor_cores(props) and batch == 1 and _tf32_operands(prec, layout, M, N, K):
                 ops = _tf32_operands(prec, layout, M, N, K)  # dispatch's Hopper path: wgmma_tf32.cu
-                Mk, Nk = (N, M) if ops["swap"] else (M, N)
-                bn, splits, _ = hopper.tf32_plan(Mk, Nk, K, props.sms)
-                cfg = {"bn": bn, "splits": splits, "swap": ops["swap"], "cluster": hopper.tf32_cluster(Mk),
-                       "copies": f"{ops['a']}/{ops['b']}"}
+                bn, splits, _ = hopper.tf32_plan(*((N, M) if ops["swap"] else (M, N)), K, props.sms)
+                cfg = {"bn": bn, "splits": splits, "swap": ops["swap"], "copies": f"{ops['a']}/{ops['b']}"}
                 src = "wgmma-tf32"
             elif hopper.hopper_tensor_cores(props) and batch == 1:  # dispatch's Hopper path: rung 10's kernel
                 copy = _wgmma_copy(layout, M, N, K)

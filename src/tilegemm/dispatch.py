@@ -244,8 +244,7 @@ def _tf32(p, g, device, at, offs, beta, ops) -> tuple[list[Step], int, dict]:
     swap = ops["swap"]
     Mk, Nk = (g.N, g.M) if swap else (g.M, g.N)
     bn, splits, k_split = hopper.tf32_plan(Mk, Nk, g.K, gpu.device_properties(device).sms)
-    cluster = hopper.tf32_cluster(Mk)
-    fn = wgmma_tf32_launcher(device, bn, ops["p_mn"], swap, cluster)
+    fn = wgmma_tf32_launcher(device, bn, ops["p_mn"], swap)
     ldw = -(-g.N // 4) * 4
     work = splits * g.M * ldw if splits > 1 else 0
     steps, src = [], []
@@ -263,7 +262,7 @@ def _tf32(p, g, device, at, offs, beta, ops) -> tuple[list[Step], int, dict]:
             steps.append(transpose_step(device, view[::-1], ld, which, offs[which], 4 * dst))
         src.append((W, 4 * dst, -(-view[1] // 4) * 4))
         work = dst + hopper.wgmma_packed(view)
-    config = {"bn": bn, "splits": splits, "swap": swap, "cluster": cluster, "copies": f"{ops['a']}/{ops['b']}"}
+    config = {"bn": bn, "splits": splits, "swap": swap, "copies": f"{ops['a']}/{ops['b']}"}
     if splits == 1:
         return steps + [tf32_step(g, fn, offs, src, swap, alpha=p.alpha, beta=beta)], work, config
     steps.append(tf32_step(g, fn, offs, src, swap, splits, k_split, out=W, ldd=ldw, sD=g.M * ldw))

@@ -72,16 +72,6 @@ TF32_TILE_US = 3.0
 TF32_K_TILE_US = {256: 0.72, 128: 0.48}
 
 
-# blocks of precision "tf32" run in clusters of TF32_CLUSTER on tiles one above the other, sharing each B
-# tile (wgmma_tf32.cu, TG_CLUSTER), where the kernel's M leaves the second block of a pair some rows
-TF32_CLUSTER = 2
-
-
-def tf32_cluster(M: int) -> int:
-    """The cluster size of wgmma_tf32.cu for a kernel M (1 where one 128-row tile covers it)."""
-    return TF32_CLUSTER if M > 128 else 1
-
-
 def tf32_plan(M: int, N: int, K: int, sms: int = 132) -> tuple[int, int, int]:
     """(bn, splits, k_split) of precision "tf32" on Hopper: 128 x 256 tiles, or 128 x 128 where those
     are too few or half empty, split over K as ``wgmma_plan`` splits."""

@@ -151,11 +151,10 @@ def wgmma_launcher(layout: str, device: int, passes: int, tma: bool = True, bm: 
                    lambda: Launcher(registry.WGMMA_FAMILY, layout, 4, device, config))
 
 
-def wgmma_tf32_launcher(device: int, bn: int = 256, p_mn: int = 0, swap: int = 0, cluster: int = 1) -> Launcher:
+def wgmma_tf32_launcher(device: int, bn: int = 256, p_mn: int = 0, swap: int = 0) -> Launcher:
     """Precision "tf32" on Hopper (registry.WGMMA_TF32): 128 x bn tiles, its A K-major or (p_mn)
-    M-major, its result C or (swap) C^T (the call's layout is in those: hopper.tf32_operands), blocks
-    in clusters of ``cluster`` sharing B tiles."""
-    config = tuple((k, v) for k, v in (("bn", bn), ("tg_p_mn", p_mn), ("tg_swap", swap), ("tg_cluster", cluster))
+    M-major, its result C or (swap) C^T; the call's layout is in those (hopper.tf32_operands)."""
+    config = tuple((k, v) for k, v in (("bn", bn), ("tg_p_mn", p_mn), ("tg_swap", swap))
                    if v != registry.WGMMA_TF32.defaults[k])
     return _cached((registry.WGMMA_TF32.name, device, config),
                    lambda: Launcher(registry.WGMMA_TF32, "NN", 4, device, config))

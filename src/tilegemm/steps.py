@@ -94,9 +94,8 @@ def tf32_step(g, fn, offs, ops, swap: int, splits=1, k_split=None, out=D, ldd=No
     (wa, oa, lda), (wb, ob, ldb) = ops
     bk = 32
     ea = encoder(g.K, Mk, lda, bk, 32, 128) if fn.params["tg_p_mn"] else encoder(Mk, g.K, lda, 128, bk, 128)
-    cluster = fn.params["tg_cluster"]  # blocks of a cluster each copy bn / cluster rows of the B tile
-    eb = encoder(Nk, g.K, ldb, fn.params["bn"] // cluster, bk, 128)
-    grid = (fn.spec.grid(Mk, Nk, fn.params)[0] * cluster, 1, 1)
+    eb = encoder(Nk, g.K, ldb, fn.params["bn"], bk, 128)
+    grid = fn.spec.grid(Mk, Nk, fn.params)
     S = WGMMA_TF32
     args = S.values(M=Mk, N=Nk, K=g.K, tA=bytes(128), tB=bytes(128), A=0, lda=lda, B=0, ldb=ldb, C=0, ldc=g.ldc, D=0,
                     ldd=g.ldd if ldd is None else ldd, sD=sD, alpha=alpha, beta=beta, k_split=k_split or -(-g.K // bk) * bk)

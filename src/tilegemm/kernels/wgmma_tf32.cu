@@ -12,10 +12,6 @@
 // - -D TG_SWAP=1: the kernel computes C^T = B^T A^T (the host passes B as the kernel's A, A as its
 //   B, M and N swapped), so that a row-major B, stored N-major, is the register operand; each result
 //   (row, col) of the kernel is C's (col, row).  Row-major A and B (torch's a @ b) need no copy.
-// - -D TG_CLUSTER=2: blocks run in clusters of two on the tiles (m0, n0) and (m0 + 128, n0), which
-//   need the same B tile: each block copies half of it by TMA to both blocks' shared memory at once
-//   (multicast), so B crosses from L2 once per pair.  A stage is refilled when the consumers of both
-//   blocks are done with it: each consumer warp releases it in its own block and in the other.
 // - Operands in shared memory in the 128-byte swizzle TMA writes: rows of BK = 32 TF32, descriptors
 //   tg_desc_sw128, a k step of 8 at +32 bytes.
 // - TF32 operands as the tensor cores take them: the low 13 bits of each FP32 value ignored
@@ -47,14 +43,6 @@
 #ifndef TG_SWAP
 #define TG_SWAP 0  // 1: the kernel's (row, col) is C's (col, row)
 #endif
-#ifndef TG_CLUSTER
-#define TG_CLUSTER 1  // 2: pairs of blocks (a cluster) on tiles one above the other share their B tile
-#endif
-#if TG_CLUSTER == 2
-#define TG_CLUSTER_DIMS __cluster_dims__(2, 1, 1)
-#else
-#define TG_CLUSTER_DIMS
-#endif
 constexpr int A_TILE = BM * BK * 4, B_TILE = BN * BK * 4, STAGE = A_TILE + B_TILE;  // bytes, multiples of 1024
 static_assert(BN == 128 || BN == 256, "BN is 128 or 256");
 
@@ -77,30 +65,7 @@ __device__ __forceinline__ int a_mn_idx(int m, int k) {
 // D = alpha A B + beta C (C read only when beta != 0); split-K as rung 10's kernel (block z sums k in
 // [z k_split, (z + 1) k_split), k_split a multiple of BK, and writes D + z sD).  The signature is
 // rung 10's (A, lda, B, ldb unused: the tensor maps carry them).
-__device__ __forceinline__ unsigned cluster_rank() {
-    unsigned r = 0;
-    if (TG_CLUSTER > 1) asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-__device__ __forceinline__ void cluster_sync() {  // every thread of both blocks (also orders the init)
-    if (TG_CLUSTER > 1)
-        asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-// arrive on the mbarrier at the same shared address in block `rank` of the cluster
-__device__ __forceinline__ void arrive_in(unsigned bar, unsigned rank) {
-    unsigned remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(bar), "r"(rank));
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
-}
-// TMA into the same shared address of every block in `mask`, each block's mbarrier at `bar` counting
-__device__ __forceinline__ void tma_2d_multicast(unsigned dst, const TgTensorMap *map, int c0, int c1, unsigned bar,
-                                                 unsigned short mask) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-        " [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(bar), "h"(mask) : "memory");
-}
-
-extern "C" __global__ void __launch_bounds__(NT, 1) TG_CLUSTER_DIMS
+extern "C" __global__ void __launch_bounds__(NT, 1)
     tilegemm_wgmma_tf32(int M, int N, int K, const __grid_constant__ TgTensorMap tA,
                         const __grid_constant__ TgTensorMap tB, const float *A, long long lda, const float *B,
                         long long ldb, const float *C, long long ldc, float *D, long long ldd, long long sD,
@@ -112,119 +77,106 @@ extern "C" __global__ void __launch_bounds__(NT, 1) TG_CLUSTER_DIMS
     auto empty = [&](int s) { return bar0 + 8 * (STAGES + s); };
     const int tid = threadIdx.x, wg = tid / 128;
 
-    // a cluster's blocks take the tiles of one (TG_CLUSTER * BM) x BN tile, one above the other
-    const unsigned rank = cluster_rank();
     int m0, n0;
-    tg_tile_origin<TG_CLUSTER * BM, BN>(blockIdx.x / TG_CLUSTER, M, N, SWIZZLE, m0, n0);
-    m0 += BM * rank;
+    tg_tile_origin<BM, BN>(blockIdx.x, M, N, SWIZZLE, m0, n0);
     const int k0 = blockIdx.z * k_split;
     const int T = (min(K - k0, k_split) + BK - 1) / BK;  // k tiles from k0 (the last may run past K: zeros)
 
     if (tid == 0) {
         for (int s = 0; s < STAGES; ++s) {
             tg_mbar_init(full(s), 1);
-            tg_mbar_init(empty(s), 8 * TG_CLUSTER);  // each consumer warp of the cluster's blocks
+            tg_mbar_init(empty(s), 256);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
-    cluster_sync();  // the other block's barriers are ready before anything reaches them
 
     if (wg == 0) {  // ------------------------------------------------ the producer: one thread
         tg_setmaxnreg_dec40();
-        if (tid == 0) {
-            for (int kt = 0; kt < T; ++kt) {
-                const int s = kt % STAGES;
-                if (kt >= STAGES) tg_mbar_wait(empty(s), ((kt / STAGES) & 1) ^ 1);  // the consumers are done with it
-                const unsigned st = s0 + s * STAGE;
-                tg_mbar_expect_tx(full(s), STAGE);  // A, and all of B (half of it from the other block)
-                if (TG_P_MN)  // A: BM / 32 boxes of 32 k rows, 32 m each
-                    for (int q = 0; q < BM / 32; ++q)
-                        tg_tma_2d(st + q * 32 * BK * 4, &tA, m0 + 32 * q, k0 + kt * BK, full(s));
-                else
-                    tg_tma_2d(st, &tA, k0 + kt * BK, m0, full(s));  // A: rows m, 32 k each
-                if (TG_CLUSTER == 1)  // B^T: rows n, 32 k each
-                    tg_tma_2d(st + A_TILE, &tB, k0 + kt * BK, n0, full(s));
-                else  // this block's half of B's rows, to both blocks
-                    tma_2d_multicast(st + A_TILE + rank * (B_TILE / 2), &tB, k0 + kt * BK, n0 + rank * (BN / 2),
-                                     full(s), 3);
-            }
-        }
-    }
-    if (wg != 0) {  // ------------------------------------------- the consumer warpgroups
-        tg_setmaxnreg_inc232();
-        const int c = wg - 1, w = (tid % 128) / 32, g = (tid % 32) / 4, t = tid % 4;
-        float acc[BN / 2];
-#pragma unroll
-        for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
-        const int r0 = 64 * c + 16 * w + g;  // this lane's rows of the tile: r0 and r0 + 8
-        // TG_P_MN: A's fragments of a k tile in registers, two sets by the parity of kt (the set of tile
-        // kt - 2 is rewritten at tile kt: its wgmma were waited for at tile kt - 1)
-        unsigned frag0[BK / 8][4], frag1[BK / 8][4];
-        auto k_tile = [&](int kt, unsigned (&frag)[BK / 8][4]) {
-            const int s = kt % STAGES;
-            const unsigned a = s0 + s * STAGE + c * 64 * 128, b = s0 + s * STAGE + A_TILE;  // this warpgroup's 64 rows of A
-            tg_mbar_wait(full(s), (kt / STAGES) & 1);
-            if (TG_P_MN) {
-                const float *pa = reinterpret_cast<const float *>(smem + (s0 - tg_smem(smem)) + s * STAGE);
-#pragma unroll
-                for (int j = 0; j < BK / 8; ++j)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e)
-                        frag[j][e] = __float_as_uint(pa[a_mn_idx(r0 + 8 * (e % 2), 8 * j + t + 4 * (e / 2))]);
-            }
-            tg_wgmma_fence();
-#pragma unroll
-            for (int j = 0; j < BK / 8; ++j) {
-                if (TG_P_MN) wgmma_rs(acc, frag[j], tg_desc_sw128(b + 32 * j), kt > 0 || j > 0);
-                else         wgmma_ss(acc, tg_desc_sw128(a + 32 * j), tg_desc_sw128(b + 32 * j), kt > 0 || j > 0);
-            }
-            tg_wgmma_commit();
-            tg_wgmma_wait<1>();  // the previous k tile's group is done: its stage may be refilled
-            if (kt > 0 && tid % 32 == 0) {  // this warp is done with the stage, in both blocks
-                tg_mbar_arrive(empty((kt - 1) % STAGES));
-                if (TG_CLUSTER > 1) arrive_in(empty((kt - 1) % STAGES), rank ^ 1);
-            }
-        };
+        if (tid != 0) return;
         for (int kt = 0; kt < T; ++kt) {
-            if (kt % 2) k_tile(kt, frag1);
-            else        k_tile(kt, frag0);
+            const int s = kt % STAGES;
+            if (kt >= STAGES) tg_mbar_wait(empty(s), ((kt / STAGES) & 1) ^ 1);  // the consumers are done with it
+            const unsigned st = s0 + s * STAGE;
+            tg_mbar_expect_tx(full(s), STAGE);
+            if (TG_P_MN)  // A: BM / 32 boxes of 32 k rows, 32 m each
+                for (int q = 0; q < BM / 32; ++q) tg_tma_2d(st + q * 32 * BK * 4, &tA, m0 + 32 * q, k0 + kt * BK, full(s));
+            else
+                tg_tma_2d(st, &tA, k0 + kt * BK, m0, full(s));       // A: rows m, 32 k each
+            tg_tma_2d(st + A_TILE, &tB, k0 + kt * BK, n0, full(s));  // B^T: rows n, 32 k each
         }
-        tg_wgmma_wait<0>();
+        return;
+    }
 
-        // acc[4j + i] is the kernel's (A B)(m0 + 64c + 16w + g + 8 (i / 2), n0 + 8j + 2t + i % 2): column
-        // pairs stored as one 8-byte access where D (and C, when read) allow it (rung 10's epilogue); with
-        // TG_SWAP that is C's (col, row), stored one at a time (the 8 lanes of a column pair's g write 32
-        // consecutive bytes)
-        D += blockIdx.z * sD;
-        const auto even = [](const float *p, long long ld) { return ((reinterpret_cast<unsigned long long>(p) | (unsigned long long)ld * 4) & 7) == 0; };
-        const bool pairs = !TG_SWAP && even(D, ldd) && (beta == 0.0f || even(C, ldc));
+    // ---------------------------------------------------------------- the consumer warpgroups
+    tg_setmaxnreg_inc232();
+    const int c = wg - 1, w = (tid % 128) / 32, g = (tid % 32) / 4, t = tid % 4;
+    float acc[BN / 2];
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int m = m0 + r0 + 8 * h;
-            if (m >= M) continue;
+    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+    const int r0 = 64 * c + 16 * w + g;  // this lane's rows of the tile: r0 and r0 + 8
+    // TG_P_MN: A's fragments of a k tile in registers, two sets by the parity of kt (the set of tile
+    // kt - 2 is rewritten at tile kt: its wgmma were waited for at tile kt - 1)
+    unsigned frag0[BK / 8][4], frag1[BK / 8][4];
+    auto k_tile = [&](int kt, unsigned (&frag)[BK / 8][4]) {
+        const int s = kt % STAGES;
+        const unsigned a = s0 + s * STAGE + c * 64 * 128, b = s0 + s * STAGE + A_TILE;  // this warpgroup's 64 rows of A
+        tg_mbar_wait(full(s), (kt / STAGES) & 1);
+        if (TG_P_MN) {
+            const float *pa = reinterpret_cast<const float *>(smem + (s0 - tg_smem(smem)) + s * STAGE);
 #pragma unroll
-            for (int j = 0; j < BN / 8; ++j) {
-                const int n = n0 + 8 * j + 2 * t;
-                float v[2] = {alpha * acc[4 * j + 2 * h], alpha * acc[4 * j + 2 * h + 1]};
-                if (pairs && n + 1 < N) {
-                    if (beta != 0.0f) {
-                        const float2 cv = *reinterpret_cast<const float2 *>(C + (tg_idx)m * ldc + n);
-                        v[0] += beta * cv.x;
-                        v[1] += beta * cv.y;
-                    }
-                    *reinterpret_cast<float2 *>(D + (tg_idx)m * ldd + n) = make_float2(v[0], v[1]);
-                } else {
+            for (int j = 0; j < BK / 8; ++j)
 #pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        if (n + e >= N) continue;
-                        const tg_idx at = TG_SWAP ? (tg_idx)(n + e) * ldd + m : (tg_idx)m * ldd + n + e;
-                        const tg_idx cat = TG_SWAP ? (tg_idx)(n + e) * ldc + m : (tg_idx)m * ldc + n + e;
-                        D[at] = beta != 0.0f ? v[e] + beta * C[cat] : v[e];
-                    }
+                for (int e = 0; e < 4; ++e)
+                    frag[j][e] = __float_as_uint(pa[a_mn_idx(r0 + 8 * (e % 2), 8 * j + t + 4 * (e / 2))]);
+        }
+        tg_wgmma_fence();
+#pragma unroll
+        for (int j = 0; j < BK / 8; ++j) {
+            if (TG_P_MN) wgmma_rs(acc, frag[j], tg_desc_sw128(b + 32 * j), kt > 0 || j > 0);
+            else         wgmma_ss(acc, tg_desc_sw128(a + 32 * j), tg_desc_sw128(b + 32 * j), kt > 0 || j > 0);
+        }
+        tg_wgmma_commit();
+        tg_wgmma_wait<1>();  // the previous k tile's group is done: its stage may be refilled
+        if (kt > 0) tg_mbar_arrive(empty((kt - 1) % STAGES));
+    };
+    for (int kt = 0; kt < T; ++kt) {
+        if (kt % 2) k_tile(kt, frag1);
+        else        k_tile(kt, frag0);
+    }
+    tg_wgmma_wait<0>();
+
+    // acc[4j + i] is the kernel's (A B)(m0 + 64c + 16w + g + 8 (i / 2), n0 + 8j + 2t + i % 2): column
+    // pairs stored as one 8-byte access where D (and C, when read) allow it (rung 10's epilogue); with
+    // TG_SWAP that is C's (col, row), stored one at a time (the 8 lanes of a column pair's g write 32
+    // consecutive bytes)
+    D += blockIdx.z * sD;
+    const auto even = [](const float *p, long long ld) { return ((reinterpret_cast<unsigned long long>(p) | (unsigned long long)ld * 4) & 7) == 0; };
+    const bool pairs = !TG_SWAP && even(D, ldd) && (beta == 0.0f || even(C, ldc));
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int m = m0 + r0 + 8 * h;
+        if (m >= M) continue;
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+            const int n = n0 + 8 * j + 2 * t;
+            float v[2] = {alpha * acc[4 * j + 2 * h], alpha * acc[4 * j + 2 * h + 1]};
+            if (pairs && n + 1 < N) {
+                if (beta != 0.0f) {
+                    const float2 cv = *reinterpret_cast<const float2 *>(C + (tg_idx)m * ldc + n);
+                    v[0] += beta * cv.x;
+                    v[1] += beta * cv.y;
+                }
+                *reinterpret_cast<float2 *>(D + (tg_idx)m * ldd + n) = make_float2(v[0], v[1]);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    if (n + e >= N) continue;
+                    const tg_idx at = TG_SWAP ? (tg_idx)(n + e) * ldd + m : (tg_idx)m * ldd + n + e;
+                    const tg_idx cat = TG_SWAP ? (tg_idx)(n + e) * ldc + m : (tg_idx)m * ldc + n + e;
+                    D[at] = beta != 0.0f ? v[e] + beta * C[cat] : v[e];
                 }
             }
         }
     }
-    cluster_sync();  // neither block leaves while the other may still write to it or arrive on its barriers
 }

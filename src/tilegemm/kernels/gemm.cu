@@ -36,10 +36,7 @@
 // PDL (sm_90+): the host launches the kernel as a programmatic dependent of the kernel before it in
 // the stream, so its blocks may be scheduled while that kernel finishes; griddepcontrol.wait, the
 // first thing every thread does, holds them until that kernel has completed and its stores are
-// visible (it returns at once after an ordinary launch).  Then griddepcontrol.launch_dependents: the
-// kernel after this one may be launched as soon as every block of this one has started (so it never
-// takes an SM from a block of this one), and its blocks wait on SMs this one has left, instead of
-// being launched when this one ends (small products replayed from a graph: docs/perf-notes.md).
+// visible (it returns at once after an ordinary launch).
 #include "tg_tiles.cuh"
 #include "tg_async.cuh"
 #if MMA
@@ -403,7 +400,6 @@ extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
     extern __shared__ __align__(16) float smem[];
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");  // PDL: see the header
-    asm volatile("griddepcontrol.launch_dependents;");
 #endif
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
 #if MMA  // tg_mma.cuh's lane layout: warp rows of 64, columns of 32

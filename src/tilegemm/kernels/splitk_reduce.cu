@@ -55,7 +55,6 @@ extern "C" __global__ void __launch_bounds__(256) tilegemm_splitk_reduce(
     long long sC, float *D, long long ldd, long long sD, float alpha, float beta, int vec) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;");  // as gemm.cu does
 #endif
     if (vec == 4) reduce_rows<4>(M, N, batches, splits, W, ldw, C, ldc, sC, D, ldd, sD, alpha, beta);
     else          reduce_rows<1>(M, N, batches, splits, W, ldw, C, ldc, sC, D, ldd, sD, alpha, beta);

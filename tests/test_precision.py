@@ -254,7 +254,8 @@ def test_on_hopper_tf32_reads_its_b_k_major_and_its_a_either_way(stubs, monkeypa
     (mm,) = prog.steps
     assert prog.config == {"bn": 256, "splits": 1, "swap": 1, "copies": "stored/stored"} and prog.work_floats == 0
     assert (args(mm)["M"], args(mm)["N"], args(mm)["lda"], args(mm)["ldb"]) == (2048, 4096, 2048, 512)
-    assert mm.go.grid == (16 * 16, 1, 1) and [(m[1], m[2]) for m in mm.maps] == [(launch.B, 0), (launch.A, 0)]
+    # 16 x 16 tiles, a block an SM walking them (persistent)
+    assert mm.go.grid == (132, 1, 1) and [(m[1], m[2]) for m in mm.maps] == [(launch.B, 0), (launch.A, 0)]
     # NT (x @ W.T, as torch's Linear): both K-major as stored, no swap
     b = op("b", (512, 4096), strides=(1, 512), ptr=PB)
     prog = build(op("a", (4096, 512), ptr=PA), b, op("out", (4096, 4096), ptr=PD))

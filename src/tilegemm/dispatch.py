@@ -243,7 +243,8 @@ def _tf32(p, g, device, at, offs, beta, ops) -> tuple[list[Step], int, dict]:
     transposed into the workspace first.  The steps, the workspace (floats) and the config run."""
     swap = ops["swap"]
     Mk, Nk = (g.N, g.M) if swap else (g.M, g.N)
-    bn, splits, k_split = hopper.tf32_plan(Mk, Nk, g.K, gpu.device_properties(device).sms)
+    sms = gpu.device_properties(device).sms
+    bn, splits, k_split = hopper.tf32_plan(Mk, Nk, g.K, sms)
     fn = wgmma_tf32_launcher(device, bn, ops["p_mn"], swap)
     ldw = -(-g.N // 4) * 4
     work = splits * g.M * ldw if splits > 1 else 0
@@ -264,8 +265,8 @@ def _tf32(p, g, device, at, offs, beta, ops) -> tuple[list[Step], int, dict]:
         work = dst + hopper.wgmma_packed(view)
     config = {"bn": bn, "splits": splits, "swap": swap, "copies": f"{ops['a']}/{ops['b']}"}
     if splits == 1:
-        return steps + [tf32_step(g, fn, offs, src, swap, alpha=p.alpha, beta=beta)], work, config
-    steps.append(tf32_step(g, fn, offs, src, swap, splits, k_split, out=W, ldd=ldw, sD=g.M * ldw))
+        return steps + [tf32_step(g, fn, offs, src, swap, sms, alpha=p.alpha, beta=beta)], work, config
+    steps.append(tf32_step(g, fn, offs, src, swap, sms, splits, k_split, out=W, ldd=ldw, sD=g.M * ldw))
     return steps + [reduce_step(p, g, device, at, offs, splits, ldw, beta)], work, config
 
 

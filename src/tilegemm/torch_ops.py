@@ -269,19 +269,25 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _FAMILY = registry.FAMILY.name
 
 
+# what ``direct`` asks torch, looked up once (each a C function: the lookups cost more than the calls)
+_compiling = torch.compiler.is_compiling
+_grad_enabled = torch.is_grad_enabled
+_modes = (torch._C._len_torch_dispatch_stack, torch._C._len_torch_function_stack,
+          torch._C._are_functorch_transforms_active)
+
+
 def direct(*tensors, cuda: bool = True) -> bool:
     """True where calling tilegemm directly computes exactly what the operator would: not under
     torch.compile, no autograd to record, plain CUDA tensors, no torch mode or functorch transform.
     ``cuda=False``: the tensors' device is left to the caller."""
-    if torch.compiler.is_compiling():
+    if _compiling():
         return False
-    grad = torch.is_grad_enabled()
+    grad = _grad_enabled()
     for t in tensors:
         if t is not None and (type(t) not in _PLAIN or (cuda and not t.is_cuda) or (grad and t.requires_grad)):
             return False
-    C = torch._C
-    return not (C._len_torch_dispatch_stack() or C._len_torch_function_stack()
-                or C._are_functorch_transforms_active())
+    dispatch_modes, function_modes, functorch = _modes
+    return not (dispatch_modes() or function_modes() or functorch())
 
 
 def matmul(a, b, precision: str = "fp32"):

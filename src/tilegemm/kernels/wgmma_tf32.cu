@@ -77,8 +77,9 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     auto empty = [&](int s) { return bar0 + 8 * (STAGES + s); };
     const int tid = threadIdx.x, wg = tid / 128;
 
-    int m0, n0;
-    tg_tile_origin<BM, BN>(blockIdx.x, M, N, SWIZZLE, m0, n0);
+    // persistent: block x takes tiles x, x + gridDim.x, ... (the grid is at most one block an SM);
+    // a k tile's stage and phase follow `it`, the block's k tiles counted over all its tiles
+    const int tiles = ((M + BM - 1) / BM) * ((N + BN - 1) / BN);
     const int k0 = blockIdx.z * k_split;
     const int T = (min(K - k0, k_split) + BK - 1) / BK;  // k tiles from k0 (the last may run past K: zeros)
 
@@ -94,16 +95,22 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     if (wg == 0) {  // ------------------------------------------------ the producer: one thread
         tg_setmaxnreg_dec40();
         if (tid != 0) return;
-        for (int kt = 0; kt < T; ++kt) {
-            const int s = kt % STAGES;
-            if (kt >= STAGES) tg_mbar_wait(empty(s), ((kt / STAGES) & 1) ^ 1);  // the consumers are done with it
-            const unsigned st = s0 + s * STAGE;
-            tg_mbar_expect_tx(full(s), STAGE);
-            if (TG_P_MN)  // A: BM / 32 boxes of 32 k rows, 32 m each
-                for (int q = 0; q < BM / 32; ++q) tg_tma_2d(st + q * 32 * BK * 4, &tA, m0 + 32 * q, k0 + kt * BK, full(s));
-            else
-                tg_tma_2d(st, &tA, k0 + kt * BK, m0, full(s));       // A: rows m, 32 k each
-            tg_tma_2d(st + A_TILE, &tB, k0 + kt * BK, n0, full(s));  // B^T: rows n, 32 k each
+        int it = 0;
+        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+            int m0, n0;
+            tg_tile_origin<BM, BN>(tile, M, N, SWIZZLE, m0, n0);
+            for (int kt = 0; kt < T; ++kt, ++it) {
+                const int s = it % STAGES;
+                if (it >= STAGES) tg_mbar_wait(empty(s), ((it / STAGES) & 1) ^ 1);  // the consumers are done with it
+                const unsigned st = s0 + s * STAGE;
+                tg_mbar_expect_tx(full(s), STAGE);
+                if (TG_P_MN)  // A: BM / 32 boxes of 32 k rows, 32 m each
+                    for (int q = 0; q < BM / 32; ++q)
+                        tg_tma_2d(st + q * 32 * BK * 4, &tA, m0 + 32 * q, k0 + kt * BK, full(s));
+                else
+                    tg_tma_2d(st, &tA, k0 + kt * BK, m0, full(s));       // A: rows m, 32 k each
+                tg_tma_2d(st + A_TILE, &tB, k0 + kt * BK, n0, full(s));  // B^T: rows n, 32 k each
+            }
         }
         return;
     }
@@ -118,10 +125,10 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     // TG_P_MN: A's fragments of a k tile in registers, two sets by the parity of kt (the set of tile
     // kt - 2 is rewritten at tile kt: its wgmma were waited for at tile kt - 1)
     unsigned frag0[BK / 8][4], frag1[BK / 8][4];
-    auto k_tile = [&](int kt, unsigned (&frag)[BK / 8][4]) {
-        const int s = kt % STAGES;
+    auto k_tile = [&](int kt, int it, unsigned (&frag)[BK / 8][4]) {
+        const int s = it % STAGES;
         const unsigned a = s0 + s * STAGE + c * 64 * 128, b = s0 + s * STAGE + A_TILE;  // this warpgroup's 64 rows of A
-        tg_mbar_wait(full(s), (kt / STAGES) & 1);
+        tg_mbar_wait(full(s), (it / STAGES) & 1);
         if (TG_P_MN) {
             const float *pa = reinterpret_cast<const float *>(smem + (s0 - tg_smem(smem)) + s * STAGE);
 #pragma unroll
@@ -138,45 +145,51 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         }
         tg_wgmma_commit();
         tg_wgmma_wait<1>();  // the previous k tile's group is done: its stage may be refilled
-        if (kt > 0) tg_mbar_arrive(empty((kt - 1) % STAGES));
+        if (kt > 0) tg_mbar_arrive(empty((it - 1) % STAGES));
     };
-    for (int kt = 0; kt < T; ++kt) {
-        if (kt % 2) k_tile(kt, frag1);
-        else        k_tile(kt, frag0);
-    }
-    tg_wgmma_wait<0>();
-
-    // acc[4j + i] is the kernel's (A B)(m0 + 64c + 16w + g + 8 (i / 2), n0 + 8j + 2t + i % 2): column
-    // pairs stored as one 8-byte access where D (and C, when read) allow it (rung 10's epilogue); with
-    // TG_SWAP that is C's (col, row), stored one at a time (the 8 lanes of a column pair's g write 32
-    // consecutive bytes)
     D += blockIdx.z * sD;
     const auto even = [](const float *p, long long ld) { return ((reinterpret_cast<unsigned long long>(p) | (unsigned long long)ld * 4) & 7) == 0; };
     const bool pairs = !TG_SWAP && even(D, ldd) && (beta == 0.0f || even(C, ldc));
+    int it = 0;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        int m0, n0;
+        tg_tile_origin<BM, BN>(tile, M, N, SWIZZLE, m0, n0);
+        for (int kt = 0; kt < T; ++kt, ++it) {
+            if (kt % 2) k_tile(kt, it, frag1);
+            else        k_tile(kt, it, frag0);
+        }
+        tg_wgmma_wait<0>();
+        tg_mbar_arrive(empty((it - 1) % STAGES));  // the tile's last stage (the producer may be waiting for it)
+
+        // acc[4j + i] is the kernel's (A B)(m0 + 64c + 16w + g + 8 (i / 2), n0 + 8j + 2t + i % 2): column
+        // pairs stored as one 8-byte access where D (and C, when read) allow it (rung 10's epilogue); with
+        // TG_SWAP that is C's (col, row), stored one at a time (the 8 lanes of a column pair's g write 32
+        // consecutive bytes)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int m = m0 + r0 + 8 * h;
-        if (m >= M) continue;
+        for (int h = 0; h < 2; ++h) {
+            const int m = m0 + r0 + 8 * h;
+            if (m >= M) continue;
 #pragma unroll
-        for (int j = 0; j < BN / 8; ++j) {
-            const int n = n0 + 8 * j + 2 * t;
-            float v[2] = {alpha * acc[4 * j + 2 * h], alpha * acc[4 * j + 2 * h + 1]};
-            if (pairs && n + 1 < N) {
-                if (beta != 0.0f) {
-                    const float2 cv = *reinterpret_cast<const float2 *>(C + (tg_idx)m * ldc + n);
-                    v[0] += beta * cv.x;
-                    v[1] += beta * cv.y;
-                }
-                *reinterpret_cast<float2 *>(D + (tg_idx)m * ldd + n) = make_float2(v[0], v[1]);
-            } else {
+            for (int j = 0; j < BN / 8; ++j) {
+                const int n = n0 + 8 * j + 2 * t;
+                float v[2] = {alpha * acc[4 * j + 2 * h], alpha * acc[4 * j + 2 * h + 1]};
+                if (pairs && n + 1 < N) {
+                    if (beta != 0.0f) {
+                        const float2 cv = *reinterpret_cast<const float2 *>(C + (tg_idx)m * ldc + n);
+                        v[0] += beta * cv.x;
+                        v[1] += beta * cv.y;
+                    }
+                    *reinterpret_cast<float2 *>(D + (tg_idx)m * ldd + n) = make_float2(v[0], v[1]);
+                } else {
 #pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    if (n + e >= N) continue;
-                    const tg_idx at = TG_SWAP ? (tg_idx)(n + e) * ldd + m : (tg_idx)m * ldd + n + e;
-                    const tg_idx cat = TG_SWAP ? (tg_idx)(n + e) * ldc + m : (tg_idx)m * ldc + n + e;
-                    D[at] = beta != 0.0f ? v[e] + beta * C[cat] : v[e];
+                    for (int e = 0; e < 2; ++e) {
+                        if (n + e >= N) continue;
+                        const tg_idx at = TG_SWAP ? (tg_idx)(n + e) * ldd + m : (tg_idx)m * ldd + n + e;
+                        const tg_idx cat = TG_SWAP ? (tg_idx)(n + e) * ldc + m : (tg_idx)m * ldc + n + e;
+                        D[at] = beta != 0.0f ? v[e] + beta * C[cat] : v[e];
+                    }
                 }
             }
         }
-    }
+    }  // tiles
 }

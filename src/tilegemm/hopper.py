@@ -69,7 +69,6 @@ def wgmma_plan(M: int, N: int, K: int, sms: int = 132, rows: tuple = (128, 64)) 
 # less its split) and its time per k tile of 32, from 4096^3 NN (370 TFLOPS on 128 x 256 tiles, 277 on
 # 128 x 128: four and eight rounds of 128 k tiles; docs/perf-notes.md)
 TF32_TILE_US = 3.0
-TF32_PERSISTENT = True  # a block an SM walking its tiles (wgmma_tf32.cu), else a block a tile
 TF32_K_TILE_US = {256: 0.72, 128: 0.48}
 
 

@@ -5,7 +5,6 @@ with every argument fixed but the pointers; dispatch.py puts them together."""
 
 from __future__ import annotations
 
-from . import hopper
 from .errors import UnsupportedOperands
 from .launch import PACK, PACK_T, REDUCE, WGMMA, WGMMA_TF32, A, B, C, D, W, Step, packer, reducer, transposer
 from .plan import vector_width
@@ -89,7 +88,7 @@ def tf32_step(g, fn, offs, ops, swap: int, sms: int, splits=1, k_split=None, out
     sD apart).  ``ops``: (pointer slot, byte offset, leading dimension) of the kernel's A and B, the
     call's operands or their copies (hopper.tf32_operands); with ``swap`` the kernel's A is the call's
     B and its M and N are swapped.  The grid: a block an SM at most, each walking its tiles
-    (hopper.TF32_PERSISTENT; else a block a tile).  The maps: the kernel's B K-major (N x K, boxes of bn rows), its A
+    (persistent).  The maps: the kernel's B K-major (N x K, boxes of bn rows), its A
     K-major (M x K, boxes of 128 rows) or M-major (K x M, boxes of 32 x 32), 128-byte swizzled."""
     from .tma import encoder
 
@@ -99,7 +98,7 @@ def tf32_step(g, fn, offs, ops, swap: int, sms: int, splits=1, k_split=None, out
     ea = encoder(g.K, Mk, lda, bk, 32, 128) if fn.params["tg_p_mn"] else encoder(Mk, g.K, lda, 128, bk, 128)
     eb = encoder(Nk, g.K, ldb, fn.params["bn"], bk, 128)
     tiles = fn.spec.grid(Mk, Nk, fn.params)[0]
-    grid = (min(tiles, sms) if hopper.TF32_PERSISTENT else tiles, 1, splits)
+    grid = (min(tiles, sms), 1, splits)
     S = WGMMA_TF32
     args = S.values(M=Mk, N=Nk, K=g.K, tA=bytes(128), tB=bytes(128), A=0, lda=lda, B=0, ldb=ldb, C=0, ldc=g.ldc, D=0,
                     ldd=g.ldd if ldd is None else ldd, sD=sD, alpha=alpha, beta=beta, k_split=k_split or -(-g.K // bk) * bk)

@@ -78,6 +78,17 @@ def test_second_compile_is_a_cache_hit(cache_dir):
     assert second.cubin == first.cubin and second.resources == first.resources
 
 
+def test_nvrtc_writes_its_outputs_into_buffers_of_its_own():
+    """NVRTC writes the log and the cubin into the buffers it is given.  A compile with an empty log
+    (one NUL; here without ptxas' report) once got the interpreter's shared one-byte b" " as its log
+    buffer, overwrote it with NUL, and every space printed afterwards came out as NUL."""
+    src = 'extern "C" __global__ void k(float *x) { x[0] = 1.0f; }'
+    cubin, log = compiler._run_nvrtc("k.cu", src, ["--gpu-architecture=sm_90"], "k")
+    assert log == "" and cubin[:4] == b"\x7fELF"
+    # (a one-byte bytes object is a shared singleton: compare its value, not another copy of it)
+    assert b" "[0] == 32 and " ".encode()[0] == 32 and list(b"a b") == [97, 32, 98]
+
+
 def test_cache_key_depends_on_options_and_arch(cache_dir):
     spec = registry.get("02_smem_tiled")
     keys = {

@@ -259,19 +259,21 @@ def _run_nvrtc(name: str, source: str, options: list[str], key: str) -> tuple[by
     try:
         opts = [o.encode() for o in options]
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        # output buffers are bytearrays: NVRTC writes into them, and an immutable bytes object of one
+        # byte (an empty log is one NUL) is the interpreter's shared b" ", which it would overwrite
         _, n = nvrtc.nvrtcGetProgramLogSize(prog)
-        buf = b" " * n
+        buf = bytearray(n)
         nvrtc.nvrtcGetProgramLog(prog, buf)
-        log = buf.rstrip(b"\x00 ").decode(errors="replace")
+        log = bytes(buf).rstrip(b"\x00 ").decode(errors="replace")
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             path = _dump_failed_source(name, key, source, options)
             raise CompileError(f"NVRTC failed to compile {name} ({err.name})", log, path)
         err, n = nvrtc.nvrtcGetCUBINSize(prog)
         _check(err, "nvrtcGetCUBINSize")
-        cubin = b" " * n
+        cubin = bytearray(n)
         (err,) = nvrtc.nvrtcGetCUBIN(prog, cubin)
         _check(err, "nvrtcGetCUBIN")
-        return cubin, log
+        return bytes(cubin), log
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
 

@@ -29,7 +29,7 @@ def main(argv=None) -> int:
     return args if isinstance(args, int) else run_command(run, args)
 
 
-def _cublas(sets, outs, graph: bool):
+def _cublas(sets, outs, graph: bool, dev: int):
     """run(j): cuBLAS on input set j; for graph timing through torch (on CuPy's current stream),
     since CuPy refuses cuBLAS calls while a stream is captured."""
     cupy = gpu.cupy()
@@ -37,8 +37,8 @@ def _cublas(sets, outs, graph: bool):
         return lambda j: cupy.matmul(*sets[j], out=outs[j])
     import torch
 
-    ts = [(torch.as_tensor(a, device="cuda"), torch.as_tensor(b, device="cuda")) for a, b in sets]
-    to = [torch.as_tensor(o, device="cuda") for o in outs]
+    ts = [(torch.as_tensor(a, device=f"cuda:{dev}"), torch.as_tensor(b, device=f"cuda:{dev}")) for a, b in sets]
+    to = [torch.as_tensor(o, device=f"cuda:{dev}") for o in outs]
     streams = {}
 
     def run(j):
@@ -51,7 +51,6 @@ def _cublas(sets, outs, graph: bool):
 
 
 def run(args) -> int:
-    cupy = gpu.cupy()
     dev = gpu.current_device()
     props = gpu.device_properties(dev)
     draw = dict(suites.SMALL_DRAW if args.small else suites.DRAW)
@@ -74,7 +73,7 @@ def run(args) -> int:
     for i, (M, N, K, layout, count) in enumerate(shapes):
         cands = model.candidates(M, N, K, count, props.sms)
         sets, outs = timing.input_sets(M, N, K, layout, count)
-        cublas = timing.time_launches(_cublas(sets, outs, args.small), len(sets), target_s=args.target_s,
+        cublas = timing.time_launches(_cublas(sets, outs, args.small, dev), len(sets), target_s=args.target_s,
                                       batch_ms=5.0, graph=args.small)
         tried = autotune.measure([c for _, c in cands], M, N, K, count, layout, dev, api.matmul,
                                  target_s=args.target_s, graph=args.small)

@@ -7,7 +7,7 @@ import inspect
 import pytest
 
 import tilegemm
-from tilegemm import bench, dispatch, hopper, launch, registry, selection
+from tilegemm import bench, dispatch, hopper, launch, registry, selection, tma
 from tilegemm.errors import ConfigError
 from tilegemm.occupancy import Limits
 from tilegemm.plan import plan
@@ -109,11 +109,11 @@ def test_bench_names_carry_their_precision():
 
 @pytest.mark.parametrize("precision, passes", [("tf32x3", 3), ("tf32", 1)])
 def test_on_hopper_tensor_core_calls_run_rung_10s_kernel_split_over_k(stubs, monkeypatch, precision, passes):  # noqa: F811
-    if precision == "tf32":  # rung 10's kernel runs tf32 only where wgmma_tf32.cu's copies would be too large
-        monkeypatch.setattr(hopper, "tf32_operands", lambda *a: None)
     """Few 128 x 128 tiles and a long K: the wgmma kernel writes split-K planes of the workspace
     (alpha 1, beta 0; its operands as TMA tensor maps, encoded per launch), the reduction applies
     alpha and beta.  Many tiles: one launch straight into D with alpha and beta."""
+    if precision == "tf32":  # rung 10's kernel runs tf32 only where wgmma_tf32.cu's copies would be too large
+        monkeypatch.setattr(hopper, "tf32_operands", lambda *a: None)
     from types import SimpleNamespace
 
     from test_launch import FakeLauncher
@@ -236,8 +236,14 @@ def test_on_hopper_tf32_reads_its_b_k_major_and_its_a_either_way(stubs, monkeypa
 
     monkeypatch.setattr(dispatch, "_on_hopper_tensor_cores", lambda *a: True)
     monkeypatch.setattr(dispatch.gpu, "device_properties", lambda device=None: SimpleNamespace(sms=132))
-    monkeypatch.setattr(dispatch, "wgmma_tf32_launcher", lambda device, bn=256, p_mn=0, swap=0: FakeLauncher(
-        registry.WGMMA_TF32, (("bn", bn), ("tg_p_mn", p_mn), ("tg_swap", swap)), 4, stubs.log))
+    built, maps = [], []
+
+    def launcher(device, bn=256, p_mn=0, swap=0):
+        built.append((bn, p_mn, swap))
+        return FakeLauncher(registry.WGMMA_TF32, (("bn", bn), ("tg_p_mn", p_mn), ("tg_swap", swap)), 4, stubs.log)
+
+    monkeypatch.setattr(dispatch, "wgmma_tf32_launcher", launcher)
+    monkeypatch.setattr(tma, "encoder", lambda *a: maps.append(a) or (lambda ptr: bytes(128)))
     monkeypatch.setattr(dispatch, "wgmma_launcher", lambda layout, device, p, tma, bm=128: FakeLauncher(
         registry.WGMMA_FAMILY, (("tg_mma_passes", p), ("tg_tma", int(tma)), ("bm", bm)), 4, stubs.log))
     T, PT = launch.WGMMA_TF32, launch.PACK_T
@@ -254,12 +260,16 @@ def test_on_hopper_tf32_reads_its_b_k_major_and_its_a_either_way(stubs, monkeypa
     (mm,) = prog.steps
     assert prog.config == {"bn": 256, "splits": 1, "swap": 1, "copies": "stored/stored"} and prog.work_floats == 0
     assert (args(mm)["M"], args(mm)["N"], args(mm)["lda"], args(mm)["ldb"]) == (2048, 4096, 2048, 512)
+    assert built[-1] == (256, 1, 1)  # the kernel's A (B) M-major, in registers; C^T
+    # its A map: B's stored view (K x N), boxes of 32 k x 32 n; its B map: A (M x K), boxes of 256 rows
+    assert maps[-2:] == [(512, 2048, 2048, 32, 32, 128), (4096, 512, 512, 256, 32, 128)]
     # 16 x 16 tiles, a block an SM walking them (persistent)
     assert mm.go.grid == (132, 1, 1) and [(m[1], m[2]) for m in mm.maps] == [(launch.B, 0), (launch.A, 0)]
     # NT (x @ W.T, as torch's Linear): both K-major as stored, no swap
     b = op("b", (512, 4096), strides=(1, 512), ptr=PB)
     prog = build(op("a", (4096, 512), ptr=PA), b, op("out", (4096, 4096), ptr=PD))
     assert prog.config["swap"] == 0 and [(m[1], m[2]) for m in prog.steps[0].maps] == [(launch.A, 0), (launch.B, 0)]
+    assert built[-1] == (256, 0, 0) and maps[-2:] == [(4096, 512, 512, 128, 32, 128), (4096, 512, 512, 256, 32, 128)]
     # TN, M >= N: A (stored 511 x 300) read M-major as stored, B (511 x 200) transposed into rows of 512
     a = op("a", (300, 511), strides=(1, 300), ptr=PA)
     prog = build(a, op("b", (511, 200), ptr=PB), op("out", (300, 200), ptr=PD))
@@ -290,3 +300,27 @@ def test_on_hopper_tf32_reads_its_b_k_major_and_its_a_either_way(stubs, monkeypa
     monkeypatch.setattr(hopper, "PACK_LIMIT", 1000)
     prog = build(op("a", (4096, 511), ptr=PA), op("b", (511, 4096), ptr=PB), op("out", (4096, 4096), ptr=PD))
     assert prog.config["tg_mma_passes"] == 1
+
+
+@pytest.mark.parametrize("layout, aligned, M, N, want", [
+    ("NN", (True, True), 300, 200, (1, 1, "stored", "stored")),    # swap: B (N-major) in registers
+    ("NT", (True, True), 300, 200, (0, 0, "stored", "stored")),    # both K-major
+    ("TN", (True, True), 300, 200, (0, 1, "stored", "transpose")),  # the smaller (B) transposed
+    ("TN", (True, True), 200, 300, (1, 1, "stored", "transpose")),  # the smaller (A) transposed, swap
+    ("TT", (True, True), 300, 200, (0, 1, "stored", "stored")),    # A M-major in registers
+    ("NN", (False, True), 300, 200, (1, 1, "stored", "copy")),     # the kernel's B is the call's A
+    ("NN", (True, False), 300, 200, (1, 1, "copy", "stored")),
+    ("NT", (False, True), 300, 200, (0, 0, "copy", "stored")),
+    ("NT", (True, False), 300, 200, (0, 0, "stored", "copy")),
+    ("TN", (False, True), 300, 200, (0, 1, "copy", "transpose")),
+    ("TT", (True, False), 300, 200, (0, 1, "stored", "copy")),
+])
+def test_tf32_reads_each_layout_k_major_or_from_registers(layout, aligned, M, N, want):
+    ops = hopper.tf32_operands(layout, M, N, 512, aligned)
+    assert (ops["swap"], ops["p_mn"], ops["a"], ops["b"]) == want
+
+
+def test_tf32_splits_start_at_whole_k_tiles():
+    for M, N, K in ((64, 64, 100000), (128, 4096, 70001), (300, 200, 9000)):
+        bn, splits, k_split = hopper.tf32_plan(M, N, K)
+        assert k_split % hopper.TF32_BK == 0 and (splits - 1) * k_split < K <= splits * k_split

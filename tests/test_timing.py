@@ -52,7 +52,11 @@ def test_graph_timing_captures_each_batch_once_and_replays_it(monkeypatch):
             return False
 
         def begin_capture(self):
+            assert waited, "the timing stream waits for the caller's stream first"
             Stream.capturing = True
+
+        def wait_event(self, event):
+            waited.append(event)
 
         def end_capture(self):
             Stream.capturing = False
@@ -60,7 +64,10 @@ def test_graph_timing_captures_each_batch_once_and_replays_it(monkeypatch):
             captured.append(graph)
             return graph
 
-    cuda = SimpleNamespace(Stream=Stream, Event=Event, get_elapsed_time=lambda a, b: 1.0)
+    waited = []
+    current = SimpleNamespace(record=lambda: "inputs filled")
+    cuda = SimpleNamespace(Stream=Stream, Event=Event, get_elapsed_time=lambda a, b: 1.0,
+                           get_current_stream=lambda: current)
     monkeypatch.setattr(gpu, "cupy", lambda: SimpleNamespace(cuda=cuda))
     runs = [lambda i, j=j: calls.append((j, i, Stream.capturing)) for j in range(2)]
     ms = timing.time_interleaved(runs, n_sets=3, target_s=0.0, batch_ms=1.0, graph=True)
@@ -68,4 +75,4 @@ def test_graph_timing_captures_each_batch_once_and_replays_it(monkeypatch):
     # every timed batch is a replay (the graph's first launch is the warm-up replay), and the calls
     # made while capturing are the batch's calls
     assert len(launched) == 2 * (1 + 5) and {id(g) for g in launched} == {id(g) for g in captured}
-    assert sum(c[2] for c in calls) == 2
+    assert sum(c[2] for c in calls) == 2 and waited == ["inputs filled"]

@@ -196,8 +196,8 @@ def _rung(p, g, device, at, offs) -> list[Step]:
 
 
 def _on_hopper_tensor_cores(p, g, device) -> bool:
-    """Whether a tensor-core call runs rung 10's kernel (wgmma): on an sm_90 GPU, one product per
-    launch, no config named (a config names the mma.sync family)."""
+    """Whether a tensor-core call runs the Hopper kernels (wgmma: rung 10's, or wgmma_tf32.cu for tf32):
+    on an sm_90 GPU, one product per launch, no config named (a config names the mma.sync family)."""
     if p.precision == "fp32" or p.config or g.count != 1:
         return False
     return hopper.hopper_tensor_cores(gpu.device_properties(device))

@@ -8,7 +8,8 @@ from . import registry
 
 
 def hopper_tensor_cores(props) -> bool:
-    """Whether tensor-core calls on this GPU run rung 10's kernel (wgmma and TMA need sm_90a)."""
+    """Whether tensor-core calls on this GPU run the Hopper kernels (rung 10's for tf32x3,
+    wgmma_tf32.cu for tf32: wgmma and TMA need sm_90a)."""
     return f"sm_{props.major}{props.minor}a" in registry.WGMMA_FAMILY.archs
 
 
@@ -24,10 +25,9 @@ WGMMA_REDUCE_US, WGMMA_REDUCE_BYTES_PER_US = 3.0, 2.5e6
 
 
 def _time(M: int, N: int, K: int, sms: int, bm: int, bn: int, splits: int, tile_us: float,
-          k_tile_us: float) -> tuple[float, int, int]:
-    """(microseconds, splits, k_split) of bm x bn tiles split ``splits`` ways over K (k tiles of 32; k_split
+          k_tile_us: float, bk: int) -> tuple[float, int, int]:
+    """(microseconds, splits, k_split) of bm x bn tiles split ``splits`` ways over K (k tiles of bk; k_split
     rounded up to whole k tiles, so the splits may come out fewer), one block an SM at a time."""
-    bk = registry.WGMMA_FAMILY.defaults["bk"]
     k_split = -(-(-(-K // splits)) // bk) * bk
     splits = -(-K // k_split)
     blocks = -(-M // bm) * -(-N // bn) * splits
@@ -55,7 +55,8 @@ def _least(K: int, options) -> tuple:
 def wgmma_time(M: int, N: int, K: int, sms: int, bm: int, splits: int) -> tuple[float, int, int]:
     """(predicted microseconds, splits, k_split) of rung 10's kernel on bm x 128 tiles split ``splits``
     ways over K."""
-    return _time(M, N, K, sms, bm, 128, splits, WGMMA_TILE_US, WGMMA_K_TILE_US * WGMMA_ROW_TIME[bm])
+    return _time(M, N, K, sms, bm, 128, splits, WGMMA_TILE_US, WGMMA_K_TILE_US * WGMMA_ROW_TIME[bm],
+                 registry.WGMMA_FAMILY.defaults["bk"])
 
 
 def wgmma_plan(M: int, N: int, K: int, sms: int = 132, rows: tuple = (128, 64)) -> tuple[int, int, int]:
@@ -67,15 +68,16 @@ def wgmma_plan(M: int, N: int, K: int, sms: int = 132, rows: tuple = (128, 64)) 
 
 # precision "tf32" (wgmma_tf32.cu, 128 x bn tiles): a block's fixed cost (not measured yet: rung 10's,
 # less its split) and its time per k tile of 32, from 4096^3 NN (370 TFLOPS on 128 x 256 tiles, 277 on
-# 128 x 128: four and eight rounds of 128 k tiles; docs/perf-notes.md)
+# 128 x 128: four and eight rounds of 128 k tiles; experiments/...-2026-11-23-tf32-probe-b.json)
 TF32_TILE_US = 3.0
 TF32_K_TILE_US = {256: 0.72, 128: 0.48}
+TF32_BK = 32  # wgmma_tf32.cu's k tile: a split starts at a multiple of it
 
 
 def tf32_plan(M: int, N: int, K: int, sms: int = 132) -> tuple[int, int, int]:
     """(bn, splits, k_split) of precision "tf32" on Hopper: 128 x 256 tiles, or 128 x 128 where those
     are too few or half empty, split over K as ``wgmma_plan`` splits."""
-    return _least(K, [(bn, lambda s, bn=bn: _time(M, N, K, sms, 128, bn, s, TF32_TILE_US, TF32_K_TILE_US[bn]))
+    return _least(K, [(bn, lambda s, bn=bn: _time(M, N, K, sms, 128, bn, s, TF32_TILE_US, TF32_K_TILE_US[bn], TF32_BK))
                       for bn in (256, 128)])
 
 

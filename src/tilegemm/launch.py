@@ -72,7 +72,7 @@ RUNG = Signature.of("tilegemm_kernel", "tg_common.cuh", (
 WGMMA = Signature.of("tilegemm_wgmma", "10_wgmma_tf32x3.cu", (
     "M int, N int, K int, tA tmap, tB tmap, A ptr, lda long long, B ptr, ldb long long, C ptr, ldc long long, "
     "D ptr, ldd long long, sD long long, alpha float, beta float, k_split int"))
-# wgmma_tf32.cu's tilegemm_wgmma_tf32 (precision "tf32" on Hopper): rung 10's parameters, both maps K-major
+# wgmma_tf32.cu's tilegemm_wgmma_tf32 (precision "tf32" on Hopper): rung 10's parameters
 WGMMA_TF32 = Signature("tilegemm_wgmma_tf32", "wgmma_tf32.cu", WGMMA.fields)
 # pack.cu's tilegemm_pack: an operand's rows x cols view copied into rows of ldd floats (16-byte aligned)
 PACK = Signature.of("tilegemm_pack", "pack.cu", (

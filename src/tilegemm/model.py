@@ -131,10 +131,11 @@ def predict(c: dict, name: str, cfg: dict, M: int, N: int, K: int, count: int, p
 
 
 def ranked(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int) -> list[tuple[str, dict, float]]:
-    """Every candidate with a build in ``per_sm`` (blocks per SM by build, ``build``) as (name,
-    config, predicted microseconds), the fastest first."""
+    """Every candidate with a build in ``per_sm`` (blocks per SM by build, ``build``) and its tile's
+    constants in ``c`` as (name, config, predicted microseconds), the fastest first."""
     out = [(name, cfg, predict(c, name, cfg, M, N, K, count, per_sm[build(name)], sms))
-           for name, cfg in candidates(M, N, K, count, sms) if build(name) in per_sm]
+           for name, cfg in candidates(M, N, K, count, sms)
+           if build(name) in per_sm and f"{name.split()[0]}.f" in c]
     return sorted(out, key=lambda x: x[2])
 
 

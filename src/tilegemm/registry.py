@@ -343,11 +343,11 @@ def _tf32_smem(p) -> int:
     return p["stages"] * (128 + p["bn"]) * 32 * 4 + 16 * p["stages"] + 1024
 
 
-# precision "tf32" on Hopper: both operands K-major through TMA into wgmma's shared-memory form, no
-# producer pass (an operand stored the other way is transposed into the workspace first, pack.cu)
+# precision "tf32" on Hopper: operands through TMA to wgmma with no producer pass, B K-major from shared
+# memory, A K-major from shared memory or M-major from registers (TN transposes one operand first)
 WGMMA_TF32 = KernelSpec(
     name="gemm_wgmma_tf32", file="wgmma_tf32.cu",
-    summary="the tensor-core path's TF32: wgmma with both operands from shared memory, TMA-fed, 128 x 256 tiles",
+    summary="the tensor-core path's TF32: wgmma fed by TMA, no producer pass, 128 x 256 tiles, persistent",
     source="PTX ISA wgmma, TMA, mbarrier; docs/perf-notes.md",
     defaults={"bn": 256, "stages": 4, "swizzle": 8, "tg_p_mn": 0, "tg_swap": 0},
     block=lambda p: (384, 1, 1), tile=lambda p: (128, p["bn"]), linear_grid=True,

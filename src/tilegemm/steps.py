@@ -5,6 +5,7 @@ with every argument fixed but the pointers; dispatch.py puts them together."""
 
 from __future__ import annotations
 
+from . import hopper
 from .errors import UnsupportedOperands
 from .launch import PACK, PACK_T, REDUCE, WGMMA, WGMMA_TF32, A, B, C, D, W, Step, packer, reducer, transposer
 from .plan import vector_width
@@ -87,14 +88,16 @@ def tf32_step(g, fn, offs, ops, swap: int, sms: int, splits=1, k_split=None, out
     """A launch of wgmma_tf32.cu: D = alpha A B + beta C into ``out`` (D, or the workspace's planes
     sD apart).  ``ops``: (pointer slot, byte offset, leading dimension) of the kernel's A and B, the
     call's operands or their copies (hopper.tf32_operands); with ``swap`` the kernel's A is the call's
-    B and its M and N are swapped.  The grid: a block an SM at most, each walking its tiles
-    (persistent).  The maps: the kernel's B K-major (N x K, boxes of bn rows), its A
+    B and its M and N are swapped.  The grid: at most a block an SM for each split, each walking its
+    tiles (persistent).  The maps: the kernel's B K-major (N x K, boxes of bn rows), its A
     K-major (M x K, boxes of 128 rows) or M-major (K x M, boxes of 32 x 32), 128-byte swizzled."""
     from .tma import encoder
 
     Mk, Nk = (g.N, g.M) if swap else (g.M, g.N)
     (wa, oa, lda), (wb, ob, ldb) = ops
-    bk = 32
+    bk = hopper.TF32_BK
+    if k_split is not None and k_split % bk:
+        raise ValueError(f"k_split = {k_split} must be a multiple of wgmma_tf32.cu's k tile ({bk})")
     ea = encoder(g.K, Mk, lda, bk, 32, 128) if fn.params["tg_p_mn"] else encoder(Mk, g.K, lda, 128, bk, 128)
     eb = encoder(Nk, g.K, ldb, fn.params["bn"], bk, 128)
     tiles = fn.spec.grid(Mk, Nk, fn.params)[0]

@@ -106,7 +106,10 @@ def time_interleaved(runs, n_sets: int, target_s: float = 0.6, batch_ms: float =
     host takes longer per call than the GPU (small products); every run must be capturable.
     """
     cupy = gpu.cupy()
-    stream = cupy.cuda.Stream(non_blocking=True) if graph else cupy.cuda.get_current_stream()
+    stream = cupy.cuda.get_current_stream()
+    if graph:  # a stream of its own (capture), after everything queued so far (the inputs' fill)
+        stream, ready = cupy.cuda.Stream(non_blocking=True), stream.record()
+        stream.wait_event(ready)
     start, end = cupy.cuda.Event(), cupy.cuda.Event()
 
     def eager(run, n: int, first: int):

@@ -136,7 +136,7 @@ def test_tf32x3_is_as_accurate_as_cublas_sgemm(cp, case):
     ours, cublas = _err(cp, tilegemm.matmul(a, b, precision="tf32x3"), ref), _err(cp, cp.matmul(a, b), ref)
     assert ours <= 1.05 * cublas, (name, ours, cublas)
     tf32 = _err(cp, tilegemm.matmul(a, b, precision="tf32"), ref)
-    assert 1e-4 < tf32 < 2e-3  # TF32 is labelled as such: about 3e-4 on normal data
+    assert 1e-4 < tf32 < 2e-3  # TF32 is labelled as such: 7.7e-4 on normal data on Hopper (truncated), 3e-4 else
 
 
 @pytest.mark.parametrize("precision", ["fp32", "tf32x3", "tf32"])

@@ -1,7 +1,8 @@
-// tg_wgmma.cuh - Hopper's asynchronous machinery, as rung 10 uses it (sm_90a): mbarriers, TMA
-// tile copies (cp.async.bulk.tensor), warpgroup mma (wgmma.mma_async, TF32, m64n128k8) and its
-// shared-memory matrix descriptors.  PTX ISA sections: "Asynchronous warpgroup level matrix
-// multiply-accumulate", "Tensor copy", "mbarrier" (docs/sources.md).
+// tg_wgmma.cuh - Hopper's asynchronous machinery, as rung 10 and wgmma_tf32.cu use it (sm_90a):
+// mbarriers, TMA tile copies (cp.async.bulk.tensor), warpgroup mma (wgmma.mma_async, TF32, m64n128k8
+// and m64n256k8, A from registers or shared memory) and its shared-memory matrix descriptors.  PTX ISA
+// sections: "Asynchronous warpgroup level matrix multiply-accumulate", "Tensor copy", "mbarrier"
+// (docs/sources.md).
 #pragma once
 
 // A CUtensorMap (the driver's 128-byte TMA descriptor, cuTensorMapEncodeTiled), passed by value as a

@@ -20,7 +20,7 @@
 //   one wgmma m64nBNk8 per k step; a STAGES-deep ring of [A | B] tiles, full/empty mbarriers.
 // - The products are summed on the tensor cores over all of K, one wgmma group in flight: TF32's
 //   10-bit operands dominate its error (docs/accuracy.md), as in cuBLAS's TF32 mode.
-// - Persistent: the grid is at most a block an SM, each block walking its tiles; the producer runs
+// - Persistent: the grid is at most a block an SM for each split over K, each block walking its tiles; the producer runs
 //   on into the next tile's k tiles while the consumers store the last one (measured: 0.98x ->
 //   1.00-1.02x cuBLAS TF32 at 4096^3 and 8192^3, docs/perf-notes.md).
 // Needs: 16-byte aligned operands with leading dimensions a multiple of 4 (TMA's rule).
@@ -80,7 +80,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     auto empty = [&](int s) { return bar0 + 8 * (STAGES + s); };
     const int tid = threadIdx.x, wg = tid / 128;
 
-    // persistent: block x takes tiles x, x + gridDim.x, ... (the grid is at most one block an SM);
+    // persistent: block x takes tiles x, x + gridDim.x, ... (at most a block an SM for each split z);
     // a k tile's stage and phase follow `it`, the block's k tiles counted over all its tiles
     const int tiles = ((M + BM - 1) / BM) * ((N + BN - 1) / BN);
     const int k0 = blockIdx.z * k_split;

@@ -108,13 +108,13 @@ def _wgmma_copy(layout: str, M: int, N: int, K: int) -> dict:
     return {"pack": pack or 0, "tg_tma": int(pack is not None)}
 
 
-def _tf32_operands(prec: str, layout: str, M: int, N: int, K: int) -> dict | None:
-    """For precision "tf32", how the Hopper path reads the bench's contiguous operands
-    (hopper.tf32_operands; None: rung 10's kernel runs it); None for other precisions."""
+def _tf32_config(prec: str, layout: str, M: int, N: int, K: int, sms: int) -> dict | None:
+    """For precision "tf32", what the Hopper path runs on the bench's contiguous operands
+    (hopper.tf32_config; None: rung 10's kernel runs it); None for other precisions."""
     if prec != "tf32":
         return None
     views = hopper.wgmma_views(layout, M, N, K)
-    return hopper.tf32_operands(layout, M, N, K, tuple(cols % 4 == 0 for _, cols in views))
+    return hopper.tf32_config(layout, M, N, K, tuple(cols % 4 == 0 for _, cols in views), sms)
 
 
 def measure(kernels, M, N, K, layout="NN", progress=None, batch=1, refs=(), case=None,
@@ -138,11 +138,9 @@ def measure(kernels, M, N, K, layout="NN", progress=None, batch=1, refs=(), case
             props = gpu.device_properties(dev)
             if prec == "fp32":
                 cfg, src = selection.select(dev, layout, M, N, K, batch)
-            elif hopper.hopper_tensor_cores(props) and batch == 1 and _tf32_operands(prec, layout, M, N, K):
-                ops = _tf32_operands(prec, layout, M, N, K)  # dispatch's Hopper path: wgmma_tf32.cu
-                bn, splits, _ = hopper.tf32_plan(*((N, M) if ops["swap"] else (M, N)), K, props.sms)
-                cfg = {"bn": bn, "splits": splits, "swap": ops["swap"], "copies": f"{ops['a']}/{ops['b']}"}
-                src = "wgmma-tf32"
+            elif hopper.hopper_tensor_cores(props) and batch == 1 and _tf32_config(prec, layout, M, N, K, props.sms):
+                cfg = hopper.tf32_record(_tf32_config(prec, layout, M, N, K, props.sms))
+                src = "wgmma-tf32"  # dispatch's Hopper path: wgmma_tf32.cu
             elif hopper.hopper_tensor_cores(props) and batch == 1:  # dispatch's Hopper path: rung 10's kernel
                 copy = _wgmma_copy(layout, M, N, K)
                 bm, splits, _ = hopper.wgmma_plan(M, N, K, props.sms, (128, 64) if copy["tg_tma"] else (128,))

@@ -211,11 +211,12 @@ def _wgmma_family(p, g, device, at, offs, beta) -> tuple[list[Step], int, dict]:
     cp.async).  The steps, the workspace (floats) and the config run."""
     views = hopper.wgmma_views(g.layout, g.M, g.N, g.K)
     aligned = (vector_width((at[A], g.lda)) == 4, vector_width((at[B], g.ldb)) == 4)
-    ops = hopper.tf32_operands(g.layout, g.M, g.N, g.K, aligned) if p.precision == "tf32" else None
-    if ops is not None:
-        return _tf32(p, g, device, at, offs, beta, ops)
+    sms = gpu.device_properties(device).sms
+    tf32 = hopper.tf32_config(g.layout, g.M, g.N, g.K, aligned, sms) if p.precision == "tf32" else None
+    if tf32 is not None:
+        return _tf32(p, g, device, at, offs, beta, tf32, sms)
     pack = hopper.wgmma_pack(aligned, views)
-    bm, splits, k_split = hopper.wgmma_plan(g.M, g.N, g.K, gpu.device_properties(device).sms,
+    bm, splits, k_split = hopper.wgmma_plan(g.M, g.N, g.K, sms,
                                                (128, 64) if pack is not None else (128,))
     fn = wgmma_launcher(g.layout, device, registry.PRECISIONS[p.precision], pack is not None, bm)
     grid = fn.spec.grid(g.M, g.N, fn.params)
@@ -236,15 +237,12 @@ def _wgmma_family(p, g, device, at, offs, beta) -> tuple[list[Step], int, dict]:
     return steps + [reduce_step(p, g, device, at, offs, splits, ldw, beta)], work, config
 
 
-def _tf32(p, g, device, at, offs, beta, ops) -> tuple[list[Step], int, dict]:
-    """Precision "tf32" on Hopper: wgmma_tf32.cu on 128 x bn tiles split over K where they leave SMs
-    idle (hopper.tf32_plan, on the kernel's M and N), its operands as ``ops`` (hopper.tf32_operands)
-    says: the call's A and B, or B and A (swap), each read as stored, copied into aligned rows or
-    transposed into the workspace first.  The steps, the workspace (floats) and the config run."""
-    swap = ops["swap"]
-    Mk, Nk = (g.N, g.M) if swap else (g.M, g.N)
-    sms = gpu.device_properties(device).sms
-    bn, splits, k_split = hopper.tf32_plan(Mk, Nk, g.K, sms)
+def _tf32(p, g, device, at, offs, beta, ops, sms) -> tuple[list[Step], int, dict]:
+    """Precision "tf32" on Hopper: wgmma_tf32.cu as ``ops`` (hopper.tf32_config) says: its tile
+    width and split over K, its A and B the call's A and B, or B and A (swap), each read as stored,
+    copied into aligned rows or transposed into the workspace first.  The steps, the workspace
+    (floats) and the config run."""
+    swap, bn, splits, k_split = ops["swap"], ops["bn"], ops["splits"], ops["k_split"]
     fn = wgmma_tf32_launcher(device, bn, ops["p_mn"], swap)
     ldw = -(-g.N // 4) * 4
     work = splits * g.M * ldw if splits > 1 else 0
@@ -263,7 +261,7 @@ def _tf32(p, g, device, at, offs, beta, ops) -> tuple[list[Step], int, dict]:
             steps.append(transpose_step(device, view[::-1], ld, which, offs[which], 4 * dst))
         src.append((W, 4 * dst, -(-view[1] // 4) * 4))
         work = dst + hopper.wgmma_packed(view)
-    config = {"bn": bn, "splits": splits, "swap": swap, "copies": f"{ops['a']}/{ops['b']}"}
+    config = hopper.tf32_record(ops)
     if splits == 1:
         return steps + [tf32_step(g, fn, offs, src, swap, sms, alpha=p.alpha, beta=beta)], work, config
     steps.append(tf32_step(g, fn, offs, src, swap, sms, splits, k_split, out=W, ldd=ldw, sD=g.M * ldw))

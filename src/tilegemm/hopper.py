@@ -133,3 +133,21 @@ def tf32_operands(layout: str, M: int, N: int, K: int, aligned: tuple) -> dict |
             return None
         hows.append(how)
     return {"swap": int(swap), "p_mn": int(not kmajor[order[0]]), "a": hows[0], "b": hows[1]}
+
+
+def tf32_config(layout: str, M: int, N: int, K: int, aligned: tuple, sms: int = 132) -> dict | None:
+    """What precision "tf32" runs on Hopper for a call: ``tf32_operands``'s choices, the kernel's M
+    and N ("Mk", "Nk": swapped with "swap"), and ``tf32_plan``'s tile width and split ("bn",
+    "splits", "k_split"); None where rung 10's kernel runs it.  Used by dispatch (what runs) and
+    bench (what it records: ``tf32_record``)."""
+    ops = tf32_operands(layout, M, N, K, aligned)
+    if ops is None:
+        return None
+    Mk, Nk = (N, M) if ops["swap"] else (M, N)
+    bn, splits, k_split = tf32_plan(Mk, Nk, K, sms)
+    return {**ops, "Mk": Mk, "Nk": Nk, "bn": bn, "splits": splits, "k_split": k_split}
+
+
+def tf32_record(c: dict) -> dict:
+    """The config a results file records for a ``tf32_config``."""
+    return {"bn": c["bn"], "splits": c["splits"], "swap": c["swap"], "copies": f"{c['a']}/{c['b']}"}

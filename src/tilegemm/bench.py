@@ -100,21 +100,22 @@ def available_references() -> list[str]:
     return out
 
 
+def _aligned(layout: str, M: int, N: int, K: int) -> tuple:
+    """Whether each of the bench's contiguous operands has 16-byte aligned rows (rows of cols floats)."""
+    return tuple(cols % 4 == 0 for _, cols in hopper.wgmma_views(layout, M, N, K))
+
+
 def _wgmma_copy(layout: str, M: int, N: int, K: int) -> dict:
     """How the Hopper path reads the bench's contiguous operands: "pack", the mask of those copied
     into aligned rows first (hopper.wgmma_pack), and "tg_tma" (0: the producer's cp.async)."""
-    views = hopper.wgmma_views(layout, M, N, K)
-    pack = hopper.wgmma_pack(tuple(cols % 4 == 0 for _, cols in views), views)  # contiguous: rows of cols
+    pack = hopper.wgmma_pack(_aligned(layout, M, N, K), hopper.wgmma_views(layout, M, N, K))
     return {"pack": pack or 0, "tg_tma": int(pack is not None)}
 
 
 def _tf32_config(prec: str, layout: str, M: int, N: int, K: int, sms: int) -> dict | None:
     """For precision "tf32", what the Hopper path runs on the bench's contiguous operands
     (hopper.tf32_config; None: rung 10's kernel runs it); None for other precisions."""
-    if prec != "tf32":
-        return None
-    views = hopper.wgmma_views(layout, M, N, K)
-    return hopper.tf32_config(layout, M, N, K, tuple(cols % 4 == 0 for _, cols in views), sms)
+    return hopper.tf32_config(layout, M, N, K, _aligned(layout, M, N, K), sms) if prec == "tf32" else None
 
 
 def measure(kernels, M, N, K, layout="NN", progress=None, batch=1, refs=(), case=None,

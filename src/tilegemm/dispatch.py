@@ -225,16 +225,22 @@ def _wgmma_family(p, g, device, at, offs, beta) -> tuple[list[Step], int, dict]:
     steps, src = [], [(A, offs[A], g.lda), (B, offs[B], g.ldb)]
     for i, (which, ld) in enumerate(((A, g.lda), (B, g.ldb))):
         if pack and pack & (1 << i):
-            dst = -(-work // 64) * 64  # floats; 256-byte aligned
-            steps.append(pack_step(device, views[i], ld, which, offs[which], 4 * dst))
-            src[i] = (W, 4 * dst, -(-views[i][1] // 4) * 4)
-            work = dst + hopper.wgmma_packed(views[i])
+            dst, work, src[i] = _workspace_copy(work, views[i])
+            steps.append(pack_step(device, views[i], ld, which, offs[which], dst))
     config = {**fn.params, "splits": splits, "pack": pack or 0}
     if splits == 1:
         steps.append(tma_step(p, g, fn, grid, at, offs, 4, alpha=p.alpha, beta=beta, src=src))
         return steps, work, config
     steps.append(tma_step(p, g, fn, grid, at, offs, 4, splits, k_split, out=W, ldd=ldw, sD=g.M * ldw, src=src))
     return steps + [reduce_step(p, g, device, at, offs, splits, ldw, beta)], work, config
+
+
+def _workspace_copy(work: int, view: tuple) -> tuple[int, int, tuple]:
+    """A copy of an operand's ``view`` (rows, cols) in the workspace after its first ``work`` floats:
+    (its byte offset, 256-byte aligned; the workspace's floats with it; where a kernel reads it:
+    (W, byte offset, row length: cols rounded up to 4))."""
+    dst = -(-work // 64) * 64
+    return 4 * dst, dst + hopper.wgmma_packed(view), (W, 4 * dst, -(-view[1] // 4) * 4)
 
 
 def _tf32(p, g, device, at, offs, beta, ops, sms) -> tuple[list[Step], int, dict]:
@@ -247,20 +253,18 @@ def _tf32(p, g, device, at, offs, beta, ops, sms) -> tuple[list[Step], int, dict
     ldw = -(-g.N // 4) * 4
     work = splits * g.M * ldw if splits > 1 else 0
     steps, src = [], []
-    for which, ld, rows, kmajor, how in ((B, g.ldb, g.N, False, ops["a"]), (A, g.lda, g.M, True, ops["b"])
-                                         ) if swap else ((A, g.lda, g.M, not ops["p_mn"], ops["a"]),
-                                                         (B, g.ldb, g.N, True, ops["b"])):
+    operands = ((B, g.ldb, g.N), (A, g.lda, g.M)) if swap else ((A, g.lda, g.M), (B, g.ldb, g.N))
+    for (which, ld, rows), kmajor, how in zip(operands, (not ops["p_mn"], True), (ops["a"], ops["b"])):
         view = (rows, g.K) if kmajor else (g.K, rows)  # the view the kernel reads (rows, contiguous cols)
         if how == "stored":
             src.append((which, offs[which], ld))
             continue
-        dst = -(-work // 64) * 64  # floats; 256-byte aligned
+        dst, work, at_copy = _workspace_copy(work, view)
+        src.append(at_copy)
         if how == "copy":
-            steps.append(pack_step(device, view, ld, which, offs[which], 4 * dst))
+            steps.append(pack_step(device, view, ld, which, offs[which], dst))
         else:  # stored the other way: (K, rows) transposed into (rows, K)
-            steps.append(transpose_step(device, view[::-1], ld, which, offs[which], 4 * dst))
-        src.append((W, 4 * dst, -(-view[1] // 4) * 4))
-        work = dst + hopper.wgmma_packed(view)
+            steps.append(transpose_step(device, view[::-1], ld, which, offs[which], dst))
     config = hopper.tf32_record(ops)
     if splits == 1:
         return steps + [tf32_step(g, fn, offs, src, swap, sms, alpha=p.alpha, beta=beta)], work, config

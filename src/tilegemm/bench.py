@@ -105,13 +105,6 @@ def _aligned(layout: str, M: int, N: int, K: int) -> tuple:
     return tuple(cols % 4 == 0 for _, cols in hopper.wgmma_views(layout, M, N, K))
 
 
-def _wgmma_copy(layout: str, M: int, N: int, K: int) -> dict:
-    """How the Hopper path reads the bench's contiguous operands: "pack", the mask of those copied
-    into aligned rows first (hopper.wgmma_pack), and "tg_tma" (0: the producer's cp.async)."""
-    pack = hopper.wgmma_pack(_aligned(layout, M, N, K), hopper.wgmma_views(layout, M, N, K))
-    return {"pack": pack or 0, "tg_tma": int(pack is not None)}
-
-
 def _tf32_config(prec: str, layout: str, M: int, N: int, K: int, sms: int) -> dict | None:
     """For precision "tf32", what the Hopper path runs on the bench's contiguous operands
     (hopper.tf32_config; None: rung 10's kernel runs it); None for other precisions."""
@@ -143,9 +136,8 @@ def measure(kernels, M, N, K, layout="NN", progress=None, batch=1, refs=(), case
                 cfg = hopper.tf32_record(_tf32_config(prec, layout, M, N, K, props.sms))
                 src = "wgmma-tf32"  # dispatch's Hopper path: wgmma_tf32.cu
             elif hopper.hopper_tensor_cores(props) and batch == 1:  # dispatch's Hopper path: rung 10's kernel
-                copy = _wgmma_copy(layout, M, N, K)
-                bm, splits, _ = hopper.wgmma_plan(M, N, K, props.sms, (128, 64) if copy["tg_tma"] else (128,))
-                cfg, src = {"bm": bm, "splits": splits, **copy}, "wgmma"
+                cfg = hopper.wgmma_record(hopper.wgmma_config(layout, M, N, K, _aligned(layout, M, N, K), props.sms))
+                src = "wgmma"
             else:
                 cfg, src = selection.select_mma(dev, prec, layout, M, N, K, batch), "heuristic"
             entries.append(("tilegemm" if prec == "fp32" else f"tilegemm-{prec}",

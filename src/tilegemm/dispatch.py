@@ -205,19 +205,17 @@ def _on_hopper_tensor_cores(p, g, device) -> bool:
 
 def _wgmma_family(p, g, device, at, offs, beta) -> tuple[list[Step], int, dict]:
     """The Hopper tensor-core path: rung 10's kernel on 128- or 64-row tiles, split over K where they
-    leave SMs idle (hopper.wgmma_plan), the splits added by the reduction with alpha and beta; an
-    operand TMA cannot read (rows not 16-byte aligned) copied first into aligned rows of the
-    workspace (hopper.wgmma_pack; beyond its limit the kernel's producer copies the tiles by
-    cp.async).  The steps, the workspace (floats) and the config run."""
+    leave SMs idle, the splits added by the reduction with alpha and beta; an operand TMA cannot
+    read (rows not 16-byte aligned) copied first into aligned rows of the workspace (beyond a limit
+    the kernel's producer copies the tiles by cp.async): hopper.wgmma_config.  The steps, the workspace (floats) and the config run."""
     views = hopper.wgmma_views(g.layout, g.M, g.N, g.K)
     aligned = (vector_width((at[A], g.lda)) == 4, vector_width((at[B], g.ldb)) == 4)
     sms = gpu.device_properties(device).sms
     tf32 = hopper.tf32_config(g.layout, g.M, g.N, g.K, aligned, sms) if p.precision == "tf32" else None
     if tf32 is not None:
         return _tf32(p, g, device, at, offs, beta, tf32, sms)
-    pack = hopper.wgmma_pack(aligned, views)
-    bm, splits, k_split = hopper.wgmma_plan(g.M, g.N, g.K, sms,
-                                               (128, 64) if pack is not None else (128,))
+    c = hopper.wgmma_config(g.layout, g.M, g.N, g.K, aligned, sms)
+    pack, bm, splits, k_split = c["pack"], c["bm"], c["splits"], c["k_split"]
     fn = wgmma_launcher(g.layout, device, registry.PRECISIONS[p.precision], pack is not None, bm)
     grid = fn.spec.grid(g.M, g.N, fn.params)
     ldw = -(-g.N // 4) * 4

@@ -107,6 +107,21 @@ def wgmma_pack(aligned: tuple, views: tuple) -> int | None:
     return sum(1 << i for i, ok in enumerate(aligned) if not ok)
 
 
+def wgmma_config(layout: str, M: int, N: int, K: int, aligned: tuple, sms: int = 132) -> dict:
+    """What rung 10's kernel runs for a call on Hopper: "pack" (``wgmma_pack``: the operands copied
+    into aligned rows, None where the producer copies tiles by cp.async) and ``wgmma_plan``'s "bm",
+    "splits", "k_split" (64-row tiles need TMA).  Used by dispatch (what runs) and bench (what it
+    records: ``wgmma_record``)."""
+    pack = wgmma_pack(aligned, wgmma_views(layout, M, N, K))
+    bm, splits, k_split = wgmma_plan(M, N, K, sms, (128, 64) if pack is not None else (128,))
+    return {"pack": pack, "bm": bm, "splits": splits, "k_split": k_split}
+
+
+def wgmma_record(c: dict) -> dict:
+    """The config a results file records for a ``wgmma_config``."""
+    return {"bm": c["bm"], "splits": c["splits"], "pack": c["pack"] or 0, "tg_tma": int(c["pack"] is not None)}
+
+
 def tf32_operands(layout: str, M: int, N: int, K: int, aligned: tuple) -> dict | None:
     """How precision "tf32" (wgmma_tf32.cu) reads the call's operands: {"swap": the kernel computes
     C^T = B^T A^T (its A is the call's B), "p_mn": the kernel's A is M-major (read into registers),

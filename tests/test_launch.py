@@ -236,10 +236,31 @@ def test_a_rung_launches_once_per_product(stubs):
     assert launches[0][0] == (4, 3, 1)
 
 
-def test_unaligned_operands_take_the_narrow_build(stubs):
-    p = plan(op("a", (64, 64), ptr=PA + 4), op("b", (64, 64), ptr=PB), op("out", (64, 64), ptr=PD))
+def _built_widths(stubs, pa=PA, pb=PB, pd=PD, config=None, **shapes):
+    p = plan(op("a", shapes.get("a", (64, 64)), ptr=pa), op("b", shapes.get("b", (64, 64)), ptr=pb),
+             op("out", shapes.get("out", (64, 64)), ptr=pd))
+    dispatch.build(p, 0, (pa, pb, 0, pd), lambda key, precision: config or {**BIG, "splits": 1})
+    return stubs.built[-1][2]
+
+
+def test_unaligned_operands_take_narrow_accesses_for_themselves_only(stubs):
+    # NN with cp.async: A's tile is copied 4 bytes at a time whatever its alignment
+    assert _built_widths(stubs, pa=PA + 4) == 4
+    assert _built_widths(stubs, pb=PB + 4) == (4, 1, 4)
+    assert _built_widths(stubs, pd=PD + 4) == (4, 4, 1)
+    assert _built_widths(stubs, pa=PA + 4, pb=PB + 4, pd=PD + 4) == (4, 1, 1)
+    # a row length that is not a multiple of 4 floats: B (63 columns) and D
+    assert _built_widths(stubs, b=(64, 63), out=(64, 63)) == (4, 1, 1)
+    # the register pipeline reads A along its rows 16 bytes at a time where it can
+    assert _built_widths(stubs, pa=PA + 4, config={**BIG, "stages": 0, "splits": 1}) == (1, 4, 4)
+    assert _built_widths(stubs, pa=PA + 4, pb=PB + 4, pd=PD + 4, config={**BIG, "stages": 0, "splits": 1}) == 1
+    # TN: A as a transposed view is copied along its rows (m), 16 bytes at a time where it can
+    p = plan(op("a", (64, 64), strides=(1, 64), ptr=PA + 4), op("b", (64, 64), ptr=PB), op("out", (64, 64), ptr=PD))
     dispatch.build(p, 0, (PA + 4, PB, 0, PD), lambda key, precision: {**BIG, "splits": 1})
-    assert stubs.built[-1][2] == 1
+    assert stubs.built[-1][1:3] == ("TN", (1, 4, 4))
+    # split over K, the kernel writes the workspace (padded rows): D's alignment does not matter
+    assert _built_widths(stubs, pd=PD + 4, config={**BIG, "splits": 4}) == 4
+    assert _built_widths(stubs, pd=PD + 4, config={**BIG, "splits": 4, "sk": 2}) == (4, 4, 1)
 
 
 def test_the_selection_sees_the_oriented_problem(stubs):
@@ -248,3 +269,49 @@ def test_the_selection_sees_the_oriented_problem(stubs):
     p = plan(op("a", (300, 50), ptr=PA), op("b", (50, 200), ptr=PB), out)
     dispatch.build(p, 0, (PA, PB, 0, PD), lambda key, precision: seen.append(key) or {**BIG, "splits": 1})
     assert seen == [("TT", 200, 300, 50, 1)]
+
+
+def test_a_misaligned_operand_is_copied_where_the_copy_pays(stubs):
+    # NN, B of 301 columns (rows not 16-byte aligned), 4096 rows of A: 4096 >= COPY_MACS_PER_ELEMENT
+    # multiply-adds per element of B, so B is copied into rows of 304 floats after the split planes
+    M, N, K = 4096, 301, 1000
+    p = plan(op("a", (M, K), ptr=PA), op("b", (K, N), ptr=PB), op("out", (M, N), ptr=PD))
+    prog, launches = run(p, {**BIG, "splits": 2}, stubs)
+    ldw = 304
+    planes = 2 * M * ldw
+    assert [len(a) for _, a in launches][0] == len(launch.PACK.fields)
+    pk, g = args(launch.PACK, launches[0][1]), args(launch.GEMM, launches[1][1])
+    dst = WORK + 4 * (-(-planes // 64) * 64)
+    assert (pk["rows"], pk["cols"], pk["src"], pk["lds"], pk["dst"], pk["ldd"]) == (K, N, PB, N, dst, 304)
+    assert (g["B"], g["ldb"], g["A"], g["lda"], g["D"], g["ldd"]) == (dst, 304, PA, K, WORK, ldw)
+    assert prog.work_floats == -(-planes // 64) * 64 + K * 304
+    assert stubs.built[-1][2] == 4  # B's copy aligned, D is the workspace
+    assert len(launches) == 3  # the copy, the kernel, the reduction
+
+
+@pytest.mark.parametrize("case", [
+    ("NN", 1000, 301, 1000, {}),              # too few rows of A per element of B: not worth a copy
+    ("NN", 4096, 304, 1000, {}),              # aligned already
+    ("NT", 4096, 301, 1000, {}),              # B's tiles are copied 4 bytes at a time anyway (k along rows)
+    ("NN", 4096, 301, 1000, {"stages": 0}),   # the register pipeline: no copies
+])
+def test_operands_not_copied(stubs, case):
+    layout, M, N, K, extra = case
+    b = Operand("b", "cupy", None, (K, N), (1, K), F32, 0, PB) if layout[1] == "T" else op("b", (K, N), ptr=PB)
+    p = plan(op("a", (M, K), ptr=PA), b, op("out", (M, N), ptr=PD))
+    prog, launches = run(p, {**BIG, "splits": 1, **extra}, stubs)
+    assert len(launches) == 1 and prog.work_floats == 0
+    assert args(launch.GEMM, launches[0][1])["B"] == PB
+
+
+def test_a_misaligned_a_is_copied_in_tn_after_the_stream_k_slots(stubs):
+    M, N, K = 301, 4096, 1000
+    a = Operand("a", "cupy", None, (M, K), (1, M), F32, 0, PA)  # a transposed view: K x M as stored
+    p = plan(a, op("b", (K, N), ptr=PB), op("out", (M, N), ptr=PD))
+    prog, launches = run(p, {**BIG, "splits": 1, "sk": 1}, stubs)
+    pk, g = args(launch.PACK, launches[0][1]), args(launch.GEMM, launches[1][1])
+    slots = 264 * 128 * 128
+    assert (pk["rows"], pk["cols"], pk["lds"], pk["ldd"]) == (K, M, M, 304)
+    assert (g["A"], g["lda"], g["B"]) == (WORK + 4 * slots, 304, PB) and pk["dst"] == g["A"]
+    assert prog.work_floats == slots + K * 304
+    assert stubs.built[-1][1:3] == ("TN", 4)

@@ -19,7 +19,7 @@ from . import gpu, hopper, registry
 from .arrays import UNKNOWN, Operand, describe
 from .launch import (GEMM, RUNG, WGMMA, A, B, C, D, W, Program, Step, launcher, wgmma_launcher,
                      wgmma_tf32_launcher)
-from .plan import GRID_Z, Plan, plan, vector_width
+from .plan import GRID_Z, Plan, family_copies, family_widths, plan, vector_width
 from .steps import pack_step, reduce_step, tf32_step, tma_step, transpose_step
 
 FAMILY = registry.FAMILY.name
@@ -271,23 +271,34 @@ def _tf32(p, g, device, at, offs, beta, ops, sms) -> tuple[list[Step], int, dict
 
 
 def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
-    """The family's launches for one run of the batch, and the workspace they need (floats)."""
+    """The family's launches for one run of the batch, and the workspace they need (floats): the
+    split-K planes or the stream-K slots first, then the copies of operands whose rows are not
+    16-byte aligned where copying them pays (plan.family_copies)."""
     sa, sb, sc, sd = g.strides
     cfg = {k: v for k, v in config.items() if k != "splits"}
     sk = cfg.get("sk", 0)
     splits = 1 if sk == 1 else max(1, min(int(config.get("splits", 1)), -(-g.K // 4)))
-    ops = [(at[A], g.lda, sa), (at[B], g.ldb, sb), (at[D], g.ldd, sd)] + ([(at[C], g.ldc, sc)] if beta else [])
-    fn = launcher(FAMILY, g.layout, vector_width(*ops), device, tuple(sorted(cfg.items())), (g.lda, g.ldb))
+    cp_async = registry.FAMILY.params(cfg)["stages"] >= 2
+    ops = [(at[A], g.lda, sa), (at[B], g.ldb, sb)]
+    copied = family_copies(g.layout, cp_async, [vector_width(o) == 4 for o in ops], g.M, g.N, g.K, g.count)
+    views = hopper.wgmma_views(g.layout, g.M, g.N, g.K)
+    for i in (0, 1):
+        if copied[i]:
+            ops[i] = (0, -(-views[i][1] // 4) * 4, 0)  # the copy: aligned rows
+    vec = family_widths(g.layout, cp_async, ops[0], ops[1], None if sk == 0 and splits > 1 else (at[D], g.ldd, sd))
+    lda, ldb = ops[0][1], ops[1][1]
+    fn = launcher(FAMILY, g.layout, vec, device, tuple(sorted(cfg.items())), (lda, ldb))
     bm, bn = fn.spec.tile(fn.params)
     tiles = -(-g.M // bm) * -(-g.N // bn)
     units = tiles * (g.count if sk else 1) * (splits if sk == 2 else 1)  # blocks one grid indexes
     if units > 2**31 - 1:
         raise ValueError(f"{g.count} x {g.M} x {g.N} has too many {bm} x {bn} tiles for one grid")
     k_split = -(-(-(-g.K // splits)) // 4) * 4  # splits start at multiples of 4 (16-byte aligned loads)
-    base = dict(M=g.M, N=g.N, K=g.K, A=0, lda=g.lda, sA=sa, B=0, ldb=g.ldb, sB=sb, C=0, ldc=g.ldc, sC=sc,
+    base = dict(M=g.M, N=g.N, K=g.K, A=0, lda=lda, sA=sa, B=0, ldb=ldb, sB=sb, C=0, ldc=g.ldc, sC=sc,
                 D=0, ldd=g.ldd, sD=sd, alpha=p.alpha, beta=beta, k_split=k_split, splits=splits, W=0, flags=0,
                 epoch=0, count=g.count, first=0)
     ptr = {n: GEMM.slot(n) for n in "ABCDW"}
+    ldw = -(-g.N // 4) * 4
     if sk:
         resident = fn.resident_blocks()
         if resident < 1:
@@ -301,31 +312,40 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
                 raise RuntimeError(f"split-K config {fn.params} with {splits} splits: fewer blocks than that "
                                    f"fit on device {device} at once")
         blocks = [(per, 0)] if sk == 1 else [(min(per, units - f), f) for f in range(0, units, per)]
-        steps = []
+        work = max(n for n, _ in blocks) * bm * bn
+    else:
+        blocks = []
+        work = g.count * splits * g.M * ldw if splits > 1 else 0
+    steps, src = [], [(A, offs[A]), (B, offs[B])]
+    for i, which in enumerate((A, B)):
+        if copied[i]:
+            dst, work, (_, off, _) = _workspace_copy(work, views[i])
+            steps.append(pack_step(device, views[i], (g.lda, g.ldb)[i], which, offs[which], dst))
+            src[i] = (W, off)
+    (wa, oa), (wb, ob) = src
+    if sk:
         for n, first in blocks:
             args = GEMM.values(**{**base, "first": first})
             steps.append(Step(fn.prepare((n, 1, 1), p.pdl), tuple(args),
-                              ((ptr["A"], A, offs[A]), (ptr["B"], B, offs[B]), (ptr["C"], C, offs[C]),
+                              ((ptr["A"], wa, oa), (ptr["B"], wb, ob), (ptr["C"], C, offs[C]),
                                (ptr["D"], D, offs[D]), (ptr["W"], W, 0)),
                               (GEMM.slot("flags"), GEMM.slot("epoch"), n)))
-        return steps, max(n for n, _ in blocks) * bm * bn
+        return steps, work
     # one block per tile and split; the batch in chunks of the grid's z limit.  With splits > 1 each
     # split writes its own plane of the workspace (rows padded to a multiple of 4 floats, so the
     # float4 stores that the output's alignment allows stay aligned there too), then the reduction
-    ldw = -(-g.N // 4) * 4
     if splits > 1:
         base.update(ldd=ldw, sD=g.M * ldw, alpha=1.0, beta=0.0)
     out, out_stride = (W, splits * g.M * ldw) if splits > 1 else (D, sd)
     per = max(1, GRID_Z // splits)
-    steps = []
     for first in range(0, g.count, per):
         n = min(per, g.count - first)
         args = GEMM.values(**{**base, "count": n})
         steps.append(Step(fn.prepare((tiles, 1, n * splits), p.pdl), tuple(args),
-                          ((ptr["A"], A, offs[A] + 4 * first * sa), (ptr["B"], B, offs[B] + 4 * first * sb),
+                          ((ptr["A"], wa, oa + 4 * first * sa), (ptr["B"], wb, ob + 4 * first * sb),
                            (ptr["C"], C, offs[C] + 4 * first * sc),
                            (ptr["D"], out, (offs[D] if out == D else 0) + 4 * first * out_stride))))
     if splits == 1:
-        return steps, 0
+        return steps, work
     steps.append(reduce_step(p, g, device, at, offs, splits, ldw, beta))
-    return steps, g.count * splits * g.M * ldw
+    return steps, work

@@ -35,7 +35,8 @@ class KernelSpec:
     tile: Callable[[dict], tuple[int, int]]  # (rows of C, cols of C) per block
     smem: Callable[[dict], int] = lambda p: 0  # dynamic shared memory per block, bytes
     constraints: tuple[Constraint, ...] = ()
-    vec: bool = False  # takes TG_VEC: 4 = 16-byte loads/stores (aligned operands), 1 = 4-byte
+    vec: bool = False  # takes TG_VEC: 4 = 16-byte loads/stores (aligned operands), 1 = 4-byte;
+    # compile's vec may also give one width per operand, (A, B, D)
     linear_grid: bool = False  # 1-D grid of all tiles (the kernel maps block index -> tile)
     entry: str = "tilegemm_kernel"
     source: str = ""  # the document and section it follows (docs/sources.md)
@@ -99,9 +100,13 @@ class KernelSpec:
         d["TG_TRANS_A"] = int(layout[0] == "T")
         d["TG_TRANS_B"] = int(layout[1] == "T")
         if self.vec:
-            if vec not in (1, 4):
-                raise ValueError(f"vec must be 4 or 1, got {vec!r}")
-            d["TG_VEC"] = vec
+            widths = (vec,) * 3 if isinstance(vec, int) else tuple(vec)
+            if len(widths) != 3 or any(w not in (1, 4) for w in widths):
+                raise ValueError(f"vec must be 4 or 1, or one of those per operand (A, B, D), got {vec!r}")
+            if len(set(widths)) == 1:
+                d["TG_VEC"] = widths[0]
+            else:  # per operand (tg_common.cuh)
+                d.update(TG_VEC_A=widths[0], TG_VEC_B=widths[1], TG_VEC_D=widths[2])
             if wide:  # 64-bit copy offsets (tg_async.cuh): see needs_wide_offsets
                 d["TG_OFF64"] = 1
         return d

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tilegemm
-from tilegemm import autotune, fastpath, model, registry, selection
+from tilegemm import autotune, fastpath, model, plan, registry, selection
 
 pytestmark = pytest.mark.gpu
 
@@ -95,6 +95,40 @@ def cases(draw):
 @given(case=cases())
 def test_property_against_float64(cp, case):
     check_case(cp, case, CONFIGS[case["config"]])
+
+
+@settings(max_examples=160, deadline=None, suppress_health_check=list(HealthCheck))
+@given(case=cases())
+def test_property_with_every_misaligned_operand_copied(cp, case, monkeypatch):
+    """As above, with the copy of misaligned operands into aligned rows made to pay for any shape
+    (plan.COPY_MACS_PER_ELEMENT = 1), so small shapes, edges and every config class take it."""
+    monkeypatch.setattr(plan, "COPY_MACS_PER_ELEMENT", 1)
+    tilegemm.clear_caches()
+    check_case(cp, case, CONFIGS[case["config"]])
+
+
+@pytest.mark.parametrize("cfg", [None, {**selection.BIG, "splits": 1}, {**selection.BIG, "splits": 3},
+                                 {**selection.BIG, "splits": 1, "sk": 1}, {**selection.BIG, "splits": 3, "sk": 2},
+                                 {**selection.SMALL, "splits": 1}])
+@pytest.mark.parametrize("layout", ["NN", "TN"])
+def test_misaligned_operands_copied_where_it_pays(cp, cfg, layout):
+    """Shapes where the copy pays at the shipped threshold: B of 301 columns under 2100 rows of A (NN),
+    A of 301 rows as a transposed view beside 2100 columns of B (TN); alpha, beta and repeats."""
+    M, N = (2100, 301) if layout == "NN" else (301, 2100)
+    K = 700
+    assert any(plan.family_copies(layout, True, (False, False), M, N, K, 1))
+    rng = np.random.default_rng()
+    a = _matrix(cp, rng, M, K, layout[0] == "T", 0, 0)
+    b = _matrix(cp, rng, K, N, False, 0, 0)
+    c = cp.asarray(rng.standard_normal((M, N), dtype=np.float32))
+    ref = np.matmul(cp.asnumpy(a).astype(np.float64), cp.asnumpy(b).astype(np.float64))
+    for _ in range(2):
+        out = cp.full((M, N), np.nan, dtype=np.float32)
+        tilegemm.matmul(a, b, out=out, config=cfg)
+        assert np.linalg.norm(cp.asnumpy(out) - ref) / np.linalg.norm(ref) < TOL
+    g = tilegemm.gemm(a, b, c, alpha=-0.5, beta=2.0, config=cfg)
+    gref = -0.5 * ref + 2.0 * cp.asnumpy(c).astype(np.float64)
+    assert np.linalg.norm(cp.asnumpy(g) - gref) / np.linalg.norm(gref) < TOL
 
 
 def check_case(cp, case, config, precision="fp32", tol=TOL):

@@ -21,8 +21,8 @@
 //   MMA        0: FFMAs (everything above).  1 or 3: the products on the tensor cores, TF32 or
 //              TF32x3 (tg_mma.cuh; rung 9): warps of 64 x 32, TM = TN = 8, BK a multiple of 8,
 //              STAGES >= 2; LN and ORDER are not used
-//   TG_VEC, TG_TRANS_A, TG_TRANS_B: as in every rung (tg_common.cuh, tg_tiles.cuh); TG_OFF64 as
-//              in tg_async.cuh
+//   TG_VEC_A, TG_VEC_B, TG_VEC_D: each operand's access width (tg_common.cuh); TG_TRANS_A,
+//              TG_TRANS_B as in every rung; TG_OFF64 as in tg_async.cuh
 //   SK         0: one block per tile (and split).  1: stream-K (Osama et al., PPoPP'23): a fixed grid
 //              of G resident blocks shares the count * tiles * ceil(K / BK) k-iterations evenly;
 //              see tilegemm_gemm's stream-K branch.  2: split-K whose splits add up the tile
@@ -143,7 +143,7 @@ __device__ __forceinline__ void store4(float *D, tg_idx ldd, const float *C, tg_
     float r[4] = {alpha * v.x, alpha * v.y, alpha * v.z, alpha * v.w};
     float *d = D + (tg_idx)m * ldd + n;
     const float *c = C + (tg_idx)m * ldc + n;
-    if (!EDGE && !BETA && TG_VEC == 4) {
+    if (!EDGE && !BETA && TG_VEC_D == 4) {
         *reinterpret_cast<float4 *>(d) = make_float4(r[0], r[1], r[2], r[3]);
     } else {
 #pragma unroll

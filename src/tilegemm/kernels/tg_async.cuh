@@ -27,9 +27,6 @@
 #pragma once
 #include "tg_common.cuh"
 
-#ifndef TG_VEC
-#define TG_VEC 4
-#endif
 #ifndef TG_OFF64
 #define TG_OFF64 0
 #endif
@@ -59,13 +56,14 @@ template <int PENDING>
 __device__ __forceinline__ void tg_cp_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(PENDING) : "memory"); }
 
 // One operand's ROWS x COLS tile of a view whose element (r, c) is at base[r * ld + c].
-// TRANSPOSED: stored as s[c][r] (then c is k), else as s[r][c] (then r is k).  THREADS threads
+// TRANSPOSED: stored as s[c][r] (then c is k), else as s[r][c] (then r is k).  VEC: the operand's
+// access width (TG_VEC_A or TG_VEC_B; a transposed tile always copies 4 bytes).  THREADS threads
 // share the copies, N each; each copy has its own source pointer, set up once and moved by the same
 // step every tile (so the clamping at the edges costs nothing in the loop).  The shared-memory
 // offsets depend only on (i, tid) and are recomputed, not kept in registers.
-template <int ROWS, int COLS, int THREADS, bool TRANSPOSED, int LD>
+template <int ROWS, int COLS, int THREADS, bool TRANSPOSED, int LD, int VEC>
 struct AsyncTile {
-    static constexpr int V = (TRANSPOSED || TG_VEC == 1) ? 1 : 4;  // floats per copy
+    static constexpr int V = (TRANSPOSED || VEC == 1) ? 1 : 4;  // floats per copy
     static constexpr int N = ROWS * COLS / (V * THREADS);
     static constexpr int G = COLS < 8 ? COLS : 8;  // transposed: lanes take G consecutive k
     static_assert(N * V * THREADS == ROWS * COLS && N >= 1, "the tile splits into whole copies per thread");
@@ -156,9 +154,9 @@ struct AsyncTile {
 template <int BM_, int BN_, int BK_, int THREADS, int LDA, int LDB>
 struct AsyncOperands {
     // A(m, k): row-major (TG_TRANS_A=0) rows are m, k contiguous -> transposed into As[k][m]
-    AsyncTile<TG_TRANS_A ? BK_ : BM_, TG_TRANS_A ? BM_ : BK_, THREADS, !TG_TRANS_A, LDA> a;
+    AsyncTile<TG_TRANS_A ? BK_ : BM_, TG_TRANS_A ? BM_ : BK_, THREADS, !TG_TRANS_A, LDA, TG_VEC_A> a;
     // B(k, n): row-major rows are k, n contiguous -> Bs[k][n] as it is
-    AsyncTile<TG_TRANS_B ? BN_ : BK_, TG_TRANS_B ? BK_ : BN_, THREADS, (bool)TG_TRANS_B, LDB> b;
+    AsyncTile<TG_TRANS_B ? BN_ : BK_, TG_TRANS_B ? BK_ : BN_, THREADS, (bool)TG_TRANS_B, LDB, TG_VEC_B> b;
     const float *A0, *B0;  // element (0, 0) of each: a valid address for zero-filled copies
     int k_lo;              // the first tile holds k in [kbeg, kbeg + BK); kbeg = K - T*BK <= 0
 

@@ -14,6 +14,26 @@
 #define TG_TRANS_B 0
 #endif
 
+// Access widths: TG_VEC = 4 when an operand allows 16-byte accesses along its contiguous direction
+// (16-byte aligned, leading dimension a multiple of 4), else 1 (4-byte accesses).  The family takes
+// one per operand (TG_VEC_A, TG_VEC_B, and TG_VEC_D for its stores), so one misaligned operand does
+// not narrow the others' accesses; each defaults to TG_VEC, which the rungs use for all three.
+#ifndef TG_VEC
+#define TG_VEC 4
+#endif
+#ifndef TG_VEC_A
+#define TG_VEC_A TG_VEC
+#endif
+#ifndef TG_VEC_B
+#define TG_VEC_B TG_VEC
+#endif
+#ifndef TG_VEC_D
+#define TG_VEC_D TG_VEC
+#endif
+static_assert((TG_VEC == 4 || TG_VEC == 1) && (TG_VEC_A == 4 || TG_VEC_A == 1) && (TG_VEC_B == 4 || TG_VEC_B == 1) &&
+                  (TG_VEC_D == 4 || TG_VEC_D == 1),
+              "access widths are 4 (16-byte accesses) or 1 (4-byte accesses)");
+
 typedef long long tg_idx;
 
 __device__ __forceinline__ tg_idx tg_a_off(tg_idx m, tg_idx k, tg_idx lda) {

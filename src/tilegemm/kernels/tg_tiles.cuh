@@ -9,18 +9,13 @@
 #pragma once
 #include "tg_common.cuh"
 
-#ifndef TG_VEC
-#define TG_VEC 4
-#endif
-
-static_assert(TG_VEC == 4 || TG_VEC == 1, "TG_VEC is 4 (float4 loads) or 1 (scalar loads)");
-
 // A ROWS x COLS block of a view whose element (r, c) lives at base[r * ld + c] (c contiguous),
-// held in registers as float4 along c; THREADS threads share the block, N float4 each.  A
+// held in registers as float4 along c, read 16 bytes at a time when VEC == 4 (else 4 bytes); THREADS
+// threads share the block, N float4 each.  A
 // thread's float4s sit in one column and rows RSTEP apart.  It keeps one pointer, moved along with
 // the tile, so the main loop does no 64-bit index arithmetic; the sizes and leading dimension are
 // passed in from the kernel's parameters (constant memory, no registers).
-template <int ROWS, int COLS, int THREADS>
+template <int ROWS, int COLS, int THREADS, int VEC>
 struct GTile {
     static_assert(COLS % 4 == 0 && (ROWS * COLS) % (4 * THREADS) == 0 && THREADS % (COLS / 4) == 0,
                   "the tile must split into whole float4s per thread, a column per thread");
@@ -44,7 +39,7 @@ struct GTile {
         for (int i = 0; i < N; ++i) {
             const float *q = p + (i * RSTEP) * ld;
             if (!EDGE) {
-                if (TG_VEC == 4)
+                if (VEC == 4)
                     v[i] = __ldg(reinterpret_cast<const float4 *>(q));
                 else
                     v[i] = make_float4(__ldg(q), __ldg(q + 1), __ldg(q + 2), __ldg(q + 3));
@@ -82,7 +77,7 @@ struct GTile {
 // moves the pointer BK along k.  Stored as As[k][m] with row length LD.
 template <int TILE_M, int TILE_K, int THREADS>
 struct ATile {
-    GTile<TG_TRANS_A ? TILE_K : TILE_M, TG_TRANS_A ? TILE_M : TILE_K, THREADS> t;  // global rows: k if transposed, else m
+    GTile<TG_TRANS_A ? TILE_K : TILE_M, TG_TRANS_A ? TILE_M : TILE_K, THREADS, TG_VEC_A> t;  // global rows: k if transposed, else m
     __device__ __forceinline__ void start(const float *A, tg_idx lda, int m0, int tid) {
         if (TG_TRANS_A) t.init(A, lda, 0, m0, tid);
         else            t.init(A, lda, m0, 0, tid);
@@ -103,7 +98,7 @@ struct ATile {
 // The BK x BN tiles of B down a block column, stored as Bs[k][n] with row length LD.
 template <int TILE_K, int TILE_N, int THREADS>
 struct BTile {
-    GTile<TG_TRANS_B ? TILE_N : TILE_K, TG_TRANS_B ? TILE_K : TILE_N, THREADS> t;  // global rows: n if transposed, else k
+    GTile<TG_TRANS_B ? TILE_N : TILE_K, TG_TRANS_B ? TILE_K : TILE_N, THREADS, TG_VEC_B> t;  // global rows: n if transposed, else k
     __device__ __forceinline__ void start(const float *B, tg_idx ldb, int n0, int tid) {
         if (TG_TRANS_B) t.init(B, ldb, n0, 0, tid);
         else            t.init(B, ldb, 0, n0, tid);
@@ -126,7 +121,7 @@ struct BTile {
 template <bool EDGE>
 __device__ __forceinline__ void tg_store4(float *C, tg_idx ldc, int m, int n, int M, int N, float4 v) {
     float *q = C + (tg_idx)m * ldc + n;
-    if (!EDGE && TG_VEC == 4) {
+    if (!EDGE && TG_VEC_D == 4) {
         *reinterpret_cast<float4 *>(q) = v;
     } else if (!EDGE) {
         q[0] = v.x; q[1] = v.y; q[2] = v.z; q[3] = v.w;

@@ -312,15 +312,15 @@ def test_every_depth_the_constraints_allow_compiles(name):
 
 
 def test_wide_offsets_rule():
-    from tilegemm import plan
+    from tilegemm import access
 
-    assert not plan.needs_wide_offsets(256, 4096, 4096)
-    assert not plan.needs_wide_offsets(256, 2**31 // 257 - 1)
-    assert plan.needs_wide_offsets(256, 2**31 // 257 + 1)
-    assert plan.needs_wide_offsets(8, 2**31 // 9 + 1, 16)
+    assert not access.needs_wide_offsets(256, 4096, 4096)
+    assert not access.needs_wide_offsets(256, 2**31 // 257 - 1)
+    assert access.needs_wide_offsets(256, 2**31 // 257 + 1)
+    assert access.needs_wide_offsets(8, 2**31 // 9 + 1, 16)
     # the launcher skips the exact check below this leading dimension: no tile reaches 2^31 there
-    assert not plan.needs_wide_offsets(2**14, plan.WIDE_LD_MIN - 1)
-    assert plan.needs_wide_offsets(2**14, plan.WIDE_LD_MIN + 1)
+    assert not access.needs_wide_offsets(2**14, access.WIDE_LD_MIN - 1)
+    assert access.needs_wide_offsets(2**14, access.WIDE_LD_MIN + 1)
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])

@@ -19,7 +19,8 @@ from . import gpu, hopper, registry
 from .arrays import UNKNOWN, Operand, describe
 from .launch import (GEMM, RUNG, WGMMA, A, B, C, D, W, Program, Step, launcher, wgmma_launcher,
                      wgmma_tf32_launcher)
-from .plan import GRID_Z, Plan, family_copies, family_widths, plan, vector_width
+from .access import family_copies, family_widths, vector_width
+from .plan import GRID_Z, Plan, plan
 from .steps import pack_step, reduce_step, tf32_step, tma_step, transpose_step
 
 FAMILY = registry.FAMILY.name
@@ -273,7 +274,7 @@ def _tf32(p, g, device, at, offs, beta, ops, sms) -> tuple[list[Step], int, dict
 def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
     """The family's launches for one run of the batch, and the workspace they need (floats): the
     split-K planes or the stream-K slots first, then the copies of operands whose rows are not
-    16-byte aligned where copying them pays (plan.family_copies)."""
+    16-byte aligned where copying them pays (access.family_copies)."""
     sa, sb, sc, sd = g.strides
     cfg = {k: v for k, v in config.items() if k != "splits"}
     sk = cfg.get("sk", 0)

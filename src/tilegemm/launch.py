@@ -19,7 +19,7 @@ import numpy as np
 
 from . import gpu, registry, runtime
 from .occupancy import Limits
-from .plan import WIDE_LD_MIN, needs_wide_offsets
+from .access import WIDE_LD_MIN, needs_wide_offsets
 
 
 @dataclass(frozen=True)

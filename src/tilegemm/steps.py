@@ -8,7 +8,7 @@ from __future__ import annotations
 from . import hopper
 from .errors import UnsupportedOperands
 from .launch import PACK, PACK_T, REDUCE, WGMMA, WGMMA_TF32, A, B, C, D, W, Step, packer, reducer, transposer
-from .plan import vector_width
+from .access import vector_width
 
 
 def reduce_step(p, g, device, at, offs, splits, ldw, beta, alpha=None) -> Step:

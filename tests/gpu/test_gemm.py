@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tilegemm
-from tilegemm import autotune, fastpath, model, plan, registry, selection
+from tilegemm import access, autotune, fastpath, model, registry, selection
 
 pytestmark = pytest.mark.gpu
 
@@ -101,8 +101,8 @@ def test_property_against_float64(cp, case):
 @given(case=cases())
 def test_property_with_every_misaligned_operand_copied(cp, case, monkeypatch):
     """As above, with the copy of misaligned operands into aligned rows made to pay for any shape
-    (plan.COPY_MACS_PER_ELEMENT = 1), so small shapes, edges and every config class take it."""
-    monkeypatch.setattr(plan, "COPY_MACS_PER_ELEMENT", 1)
+    (access.COPY_MACS_PER_ELEMENT = 1), so small shapes, edges and every config class take it."""
+    monkeypatch.setattr(access, "COPY_MACS_PER_ELEMENT", 1)
     tilegemm.clear_caches()
     check_case(cp, case, CONFIGS[case["config"]])
 
@@ -116,7 +116,7 @@ def test_misaligned_operands_copied_where_it_pays(cp, cfg, layout):
     A of 301 rows as a transposed view beside 2100 columns of B (TN); alpha, beta and repeats."""
     M, N = (2100, 301) if layout == "NN" else (301, 2100)
     K = 700
-    assert any(plan.family_copies(layout, True, (False, False), M, N, K, 1))
+    assert any(access.family_copies(layout, True, (False, False), M, N, K, 1))
     rng = np.random.default_rng()
     a = _matrix(cp, rng, M, K, layout[0] == "T", 0, 0)
     b = _matrix(cp, rng, K, N, False, 0, 0)
@@ -414,7 +414,7 @@ def _free_bytes(cp) -> int:
 def test_huge_leading_dimension_uses_64_bit_offsets(cp, order):
     """A row-major A whose rows are 2^31 / 200 elements apart: a 256-row tile spans more than 2^31
     elements, so the cp.async kernels' 32-bit copy offsets would wrap; the planner must pick the
-    TG_OFF64 build (plan.needs_wide_offsets).  No copy: A is a strided view of one large buffer."""
+    TG_OFF64 build (access.needs_wide_offsets).  No copy: A is a strided view of one large buffer."""
     M, N, K = 300, 136, 24
     lda = 2**31 // 200
     nbytes = 4 * ((M - 1) * lda + K)
@@ -422,7 +422,7 @@ def test_huge_leading_dimension_uses_64_bit_offsets(cp, order):
         pytest.skip("needs about 11 GB of free GPU memory")
     from tilegemm import plan
 
-    assert plan.needs_wide_offsets(256, lda, N)
+    assert access.needs_wide_offsets(256, lda, N)
     buf = cp.empty((M - 1) * lda + K, dtype=np.float32)
     a = cp.lib.stride_tricks.as_strided(buf, shape=(M, K), strides=(4 * lda, 4))
     rng = cp.random.default_rng()

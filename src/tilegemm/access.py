@@ -1,0 +1,51 @@
+"""How the kernels reach their operands in memory, from pointers, leading dimensions and shapes
+alone (no GPU needed): the access width each operand allows, 64-bit copy offsets for huge leading
+dimensions, and which misaligned operands the family reads from aligned copies instead."""
+
+from __future__ import annotations
+
+
+WIDE_LD_MIN = 2**31 // (2**14 + 1)  # below it no tile (at most 2^14 rows) spans 2^31 elements
+
+
+def needs_wide_offsets(extent: int, *lds: int) -> bool:
+    """True when a tile spanning ``extent`` rows of an operand with one of the leading dimensions
+    ``lds`` can reach 2^31 elements from its first element: the cp.async kernels then use 64-bit
+    copy offsets (TG_OFF64, tg_async.cuh).  Only views with a huge leading dimension need them."""
+    return (extent + 1) * max((abs(int(ld)) for ld in lds), default=0) >= 2**31
+
+
+def vector_width(*operands: tuple) -> int:
+    """4 when every (pointer, leading dimension or batch stride...) allows 16-byte accesses, else 1."""
+    return 4 if all(ptr % 16 == 0 and all(s % 4 == 0 for s in rest) for ptr, *rest in operands) else 1
+
+
+# Copying an operand whose rows are not 16-byte aligned into aligned rows lets the family copy its
+# tiles 16 bytes at a time instead of 4 (measured on the H100: 0-30% faster, most on few columns and
+# long K; docs/perf-notes.md).  The copy reads and writes the operand once, which pays when the
+# product does at least this many multiply-adds per element copied (the copy then costs at most
+# about 3% of the product's time).
+COPY_MACS_PER_ELEMENT = 2048
+
+
+def family_copies(layout: str, copies: bool, aligned: tuple, M: int, N: int, K: int, count: int) -> tuple[bool, bool]:
+    """Whether the family reads A, B from aligned copies in the workspace: only operands it copies
+    along their rows (A as a transposed view, B as stored; ``copies``: the cp.async configs), not
+    16-byte aligned (``aligned``: A's, B's), one product per run, and when the copy pays."""
+    along = (layout[0] == "T", layout[1] == "N")
+    sizes = (M * K, K * N)
+    return tuple(bool(copies and count == 1 and along[i] and not aligned[i]
+                      and sizes[i] * COPY_MACS_PER_ELEMENT <= M * N * K) for i in (0, 1))
+
+
+def family_widths(layout: str, copies: bool, a: tuple, b: tuple, d: tuple | None) -> int | tuple[int, int, int]:
+    """The family's access width per operand (A, B, D), each operand given as in ``vector_width``.
+    ``copies``: the config copies its tiles with cp.async (stages >= 2, or the tensor cores), where an
+    operand whose k runs along its rows in memory (A as stored, B as a transposed view) is copied 4
+    bytes at a time whatever its alignment, so its width is 4 (one build for every alignment).  The
+    register pipeline reads both along their rows.  ``d``: None when the kernel writes the split-K
+    workspace, whose rows are padded to a multiple of 4 floats.  C is read 4 bytes at a time.  One
+    number when the three agree (the build every operand shares), else (A, B, D)."""
+    widths = (4 if copies and layout[0] == "N" else vector_width(a),
+              4 if copies and layout[1] == "T" else vector_width(b), 4 if d is None else vector_width(d))
+    return widths[0] if len(set(widths)) == 1 else widths

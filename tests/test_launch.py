@@ -290,7 +290,8 @@ def test_a_misaligned_operand_is_copied_where_the_copy_pays(stubs):
 
 
 @pytest.mark.parametrize("case", [
-    ("NN", 1000, 301, 1000, {}),              # too few rows of A per element of B: not worth a copy
+    ("NN", 1000, 401, 1000, {}),              # too few rows of A per element of B: not worth a copy
+    ("NN", 600, 301, 1000, {}),               # narrow rows of B, still too few rows of A
     ("NN", 4096, 304, 1000, {}),              # aligned already
     ("NT", 4096, 301, 1000, {}),              # B's tiles are copied 4 bytes at a time anyway (k along rows)
     ("NN", 4096, 301, 1000, {"stages": 0}),   # the register pipeline: no copies

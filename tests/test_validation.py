@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import tilegemm
+from tilegemm import access
 from tilegemm import plan as planning
 from tilegemm.arrays import Operand, classify, describe
 
@@ -192,9 +193,41 @@ def test_classify(shape, strides, expected):
 
 
 def test_vector_width_follows_alignment():
-    assert planning.vector_width((0x1000, 8), (0x2000, 4)) == 4
-    assert planning.vector_width((0x1004, 8), (0x2000, 4)) == 1  # a view starting 4 bytes in
-    assert planning.vector_width((0x1000, 6), (0x2000, 4)) == 1  # leading dimension not a multiple of 4
+    assert access.vector_width((0x1000, 8), (0x2000, 4)) == 4
+    assert access.vector_width((0x1004, 8), (0x2000, 4)) == 1  # a view starting 4 bytes in
+    assert access.vector_width((0x1000, 6), (0x2000, 4)) == 1  # leading dimension not a multiple of 4
+
+
+def test_family_widths_per_operand():
+    ok, bad = (0x1000, 8), (0x1004, 8)
+    assert access.family_widths("NN", True, bad, ok, ok) == 4  # A copied across its rows: any alignment
+    assert access.family_widths("NN", False, bad, ok, ok) == (1, 4, 4)  # the register pipeline reads along rows
+    assert access.family_widths("NN", True, ok, bad, bad) == (4, 1, 1)
+    assert access.family_widths("NN", True, ok, bad, None) == (4, 1, 4)  # D is the split-K workspace
+    assert access.family_widths("NT", True, bad, bad, ok) == 4
+    assert access.family_widths("TT", True, bad, bad, bad) == (1, 4, 1)
+
+
+@pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
+def test_family_copies_rule(layout):
+    def copies(M, N, K, aligned=(False, False), cp_async=True, count=1):
+        return access.family_copies(layout, cp_async, aligned, M, N, K, count)
+
+    along = (layout[0] == "T", layout[1] == "N")  # the operands copied along their rows
+    big = (2048, 2048, 1000)
+    assert copies(*big) == along
+    assert copies(*big, aligned=(True, True)) == (False, False)
+    assert copies(*big, cp_async=False) == (False, False)
+    assert copies(*big, count=2) == (False, False)
+    assert copies(2048, 2048, 0) == (False, False)
+    # B (K x N) pays from M >= 2048, or M >= 640 when its rows are narrow; A (K x M) likewise with N
+    assert copies(2047, 2047, 1000) == (False, False)
+    assert copies(640, 384, 1000) == (along[0] and False, along[1])
+    assert copies(384, 640, 1000) == (along[0], along[1] and False)
+    assert copies(639, 384, 1000)[1] is False and copies(640, 385, 1000)[1] is False
+    # more multiply-adds per element copied never turns a copy off
+    for M in (100, 640, 1000, 2047, 2048, 5000):
+        assert copies(M + 1, 300, 700)[1] >= copies(M, 300, 700)[1]
 
 
 def test_default_kernel_is_the_family():

@@ -21,11 +21,15 @@ def vector_width(*operands: tuple) -> int:
 
 
 # Copying an operand whose rows are not 16-byte aligned into aligned rows lets the family copy its
-# tiles 16 bytes at a time instead of 4 (measured on the H100: 0-30% faster, most on few columns and
-# long K; docs/perf-notes.md).  The copy reads and writes the operand once, which pays when the
-# product does at least this many multiply-adds per element copied (the copy then costs at most
-# about 3% of the product's time).
+# tiles 16 bytes at a time instead of 4.  The copy reads and writes the operand once, about 60/P of
+# the product's time on the H100 where P is the product's multiply-adds per element copied (M for B
+# in NN).  Measured (docs/perf-notes.md): the aligned copy gains 0-10% on most shapes and 5-30% where
+# the operand's rows are narrow (few columns of B), so it is made when P reaches COPY_MACS_PER_ELEMENT
+# (the copy then costs at most about 3%), or NARROW_COPY_MACS_PER_ELEMENT for rows of at most
+# NARROW_ROWS floats.
 COPY_MACS_PER_ELEMENT = 2048
+NARROW_ROWS = 384
+NARROW_COPY_MACS_PER_ELEMENT = 640
 
 
 def family_copies(layout: str, copies: bool, aligned: tuple, M: int, N: int, K: int, count: int) -> tuple[bool, bool]:
@@ -33,9 +37,13 @@ def family_copies(layout: str, copies: bool, aligned: tuple, M: int, N: int, K: 
     along their rows (A as a transposed view, B as stored; ``copies``: the cp.async configs), not
     16-byte aligned (``aligned``: A's, B's), one product per run, and when the copy pays."""
     along = (layout[0] == "T", layout[1] == "N")
-    sizes = (M * K, K * N)
-    return tuple(bool(copies and count == 1 and along[i] and not aligned[i]
-                      and sizes[i] * COPY_MACS_PER_ELEMENT <= M * N * K) for i in (0, 1))
+    rows = (M, N)  # the length of a stored row of A (K x M as stored) and of B (K x N)
+
+    def pays(i: int) -> bool:
+        per = M * N * K // (K * rows[i])  # multiply-adds per element copied
+        return per >= COPY_MACS_PER_ELEMENT or (rows[i] <= NARROW_ROWS and per >= NARROW_COPY_MACS_PER_ELEMENT)
+
+    return tuple(bool(copies and count == 1 and along[i] and not aligned[i] and K > 0 and pays(i)) for i in (0, 1))
 
 
 def family_widths(layout: str, copies: bool, a: tuple, b: tuple, d: tuple | None) -> int | tuple[int, int, int]:

@@ -38,14 +38,16 @@ TILES = {
     "64x128": {"bm": 64, "bn": 128, "tm": 8, "tn": 8, "ln": 8, "minb": 0, **_PIPE},
     "128x64": {"bm": 128, "bn": 64, "tm": 8, "tn": 8, "ln": 8, "minb": 0, **_PIPE},
     "64x64": {"bm": 64, "bn": 64, "tm": 8, "tn": 4, "ln": 8, "minb": 0, **_PIPE},
+    # two warps of 8 x 8 a thread: twice the FFMAs per shared-memory read of "64x64", four blocks an SM
+    "64x64f": {"bm": 64, "bn": 64, "tm": 8, "tn": 8, "ln": 8, "minb": 4, **_PIPE},
     "32x256": {"bm": 32, "bn": 256, "tm": 8, "tn": 16, "ln": 8, "minb": 0, **_PIPE},
     # two warps of 4 x 4 a thread: for small products, where more blocks mean more SMs at work
     "32x32": {"bm": 32, "bn": 32, "tm": 4, "tn": 4, "ln": 8, "minb": 0, "bk": 16, "swizzle": 8, "stages": 2},
 }
 SPLITS = (2, 4, 8, 16, 32, 64, 128, 256)
-SPLIT_TILES = ("128x128", "64x128", "128x64", "64x64", "32x256", "32x32")  # also run split over K
-STREAM_K_TILES = ("256x128", "128x128", "128x128w")  # also run as stream-K
-SUMMED_TILES = ("128x128", "64x128", "128x64", "64x64", "32x32")  # also split over K and summed in the kernel
+SPLIT_TILES = ("128x128", "64x128", "128x64", "64x64", "64x64f", "32x256", "32x32")  # also run split over K
+STREAM_K_TILES = ("256x128", "128x128", "128x128w", "64x64f")  # also run as stream-K
+SUMMED_TILES = ("128x128", "64x128", "128x64", "64x64", "64x64f", "32x32")  # also split over K and summed in the kernel
 GLOBALS = ("red0", "red1", "hand", "summed", "launch")
 
 

@@ -102,3 +102,11 @@ def test_the_selection_takes_the_model_where_no_table_holds_the_shape(fitted, tm
     assert sel("NN", 4096, 4096, 4096, 1)[1] == "shipped"  # measured entries first
     other = SimpleNamespace(**{**props.__dict__, "name": "Another GPU"})
     assert selection.Selector(other, "1", "13.0")("NN", 777, 999, 1111, 1)[1] == "heuristic"
+
+
+def test_small_only_tiles_below_the_bench_draw():
+    assert model.SMALL_MACS == suites.DRAW["min_macs"]
+    big = {n.split()[0] for n, _ in model.candidates(1024, 1024, 1024)}
+    small = {n.split()[0] for n, _ in model.candidates(1023, 1024, 1024)}
+    assert not big & set(model.SMALL_ONLY) and set(model.SMALL_ONLY) <= small
+    assert not {n.split()[0] for n, _ in model.candidates(512, 512, 512, 8)} & set(model.SMALL_ONLY)

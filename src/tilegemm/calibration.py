@@ -77,15 +77,23 @@ def fit(rows: list[dict], per_sm: dict, sms: int, iterations: int = 60) -> tuple
 
 def load_calibration(paths) -> tuple[list[dict], dict, int, str]:
     """(rows, blocks per SM by build (model.build), SMs, GPU name) of calibration files of one GPU;
-    rows and blocks per SM of tile configs the model no longer runs (``model.current``) are left out."""
+    rows of tile configs the model no longer runs (``model.current``) or no longer offers for the
+    row's shape (``model.candidates``) are left out, and the blocks per SM of builds no row is left of."""
     rows, per_sm, sms, gpu = [], {}, None, None
     for p in paths:
         d = _read(p, gpu)
-        rows += [r for r in d["rows"] if model.current(r["candidate"], r["config"])]
+        offered = {}
+        for r in d["rows"]:
+            key = (r["M"], r["N"], r["K"], r["batch"])
+            if key not in offered:
+                offered[key] = {n for n, _ in model.candidates(*key, d["sms"])}
+            if model.current(r["candidate"], r["config"]) and r["candidate"] in offered[key]:
+                rows.append(r)
         per_sm.update({model.build(name): n for name, n in d["blocks_per_sm"].items()
                        if model.current(name, d["configs"][name])})
         sms, gpu = d["sms"], d["gpu"]
-    return rows, per_sm, sms, gpu
+    built = {model.build(r["candidate"]) for r in rows}
+    return rows, {b: n for b, n in per_sm.items() if b in built}, sms, gpu
 
 
 def _read(path, gpu: str | None) -> dict:

@@ -49,6 +49,8 @@ SPLIT_TILES = ("128x128", "64x128", "128x64", "64x64", "64x64f", "32x256", "32x3
 STREAM_K_TILES = ("256x128", "128x128", "128x128w", "64x64f")  # also run as stream-K
 SUMMED_TILES = ("128x128", "64x128", "128x64", "64x64", "64x64f", "32x32")  # also split over K and summed in the kernel
 GLOBALS = ("red0", "red1", "hand", "summed", "launch")
+SMALL_ONLY = ("32x32",)  # offered only for products below SMALL_MACS multiply-adds
+SMALL_MACS = 1024**3  # the bench draw's smallest product (suites.DRAW), the small set's bound
 
 
 def constants_for(table: dict, M: int, N: int, K: int, count: int) -> tuple[dict, dict]:
@@ -61,23 +63,27 @@ def constants_for(table: dict, M: int, N: int, K: int, count: int) -> tuple[dict
 
 
 def candidates(M: int, N: int, K: int, count: int = 1, sms: int = 132) -> list[tuple[str, dict]]:
-    """(name, config) of every candidate for this shape: each tile data-parallel; where the
+    """(name, config) of every candidate for this shape: each tile data-parallel (the SMALL_ONLY ones
+    below SMALL_MACS multiply-adds only); where the
     128 x 128 tiles fill fewer than four waves of two blocks per SM, the split-K and summed variants
     too (splits leaving at least 128 of K each; over 32 only while the blocks fill two waves), and stream-K where there are at least eight of
     those tiles (with fewer, each would be shared by dozens of blocks, summed one after another)."""
-    out = [(name, {**cfg, "splits": 1}) for name, cfg in TILES.items()]
+    small = M * N * K * count < SMALL_MACS
+    out = [(name, {**cfg, "splits": 1}) for name, cfg in TILES.items() if small or name not in SMALL_ONLY]
     tiles = -(-M // 128) * -(-N // 128) * count
     if tiles >= 8 * sms:
         return out
     # splits that leave at least 128 of K each, up to about two waves of 128 x 128 blocks
     splits = [s for s in SPLITS if K // s >= 128 and (s <= 32 or tiles * s <= 2 * sms)]
     for name in SPLIT_TILES:
-        out += [(f"{name} split{s}", {**TILES[name], "splits": s}) for s in splits]
+        if small or name not in SMALL_ONLY:
+            out += [(f"{name} split{s}", {**TILES[name], "splits": s}) for s in splits]
     if tiles >= 8:  # fewer tiles would each be shared by dozens of blocks, summed one after another
         for name in STREAM_K_TILES:
             out.append((f"{name} stream-K", {**TILES[name], "splits": 1, "sk": 1}))
     for name in SUMMED_TILES:
-        out += [(f"{name} split{s} summed", {**TILES[name], "splits": s, "sk": 2}) for s in splits[:3]]
+        if small or name not in SMALL_ONLY:
+            out += [(f"{name} split{s} summed", {**TILES[name], "splits": s, "sk": 2}) for s in splits[:3]]
     return out
 
 

@@ -110,3 +110,11 @@ def test_small_only_tiles_below_the_bench_draw():
     small = {n.split()[0] for n, _ in model.candidates(1023, 1024, 1024)}
     assert not big & set(model.SMALL_ONLY) and set(model.SMALL_ONLY) <= small
     assert not {n.split()[0] for n, _ in model.candidates(512, 512, 512, 8)} & set(model.SMALL_ONLY)
+
+
+def test_held_out_picks_are_measured_on_other_seeds():
+    folder = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "experiments"
+    a, b = (folder / f"NVIDIA-H100-80GB-HBM3-2026-11-23-calibration-s{s}.json" for s in (331, 333))
+    table, _ = calibration.model_table([a])
+    r = calibration.held_out(table, [b])
+    assert r["shapes"] >= 30 and 0.5 < r["pick"] <= r["best"]

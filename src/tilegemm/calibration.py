@@ -138,6 +138,29 @@ def model_table(files, small_files=()) -> tuple[dict, str]:
     return doc, said
 
 
+def held_out(table: dict, paths) -> dict:
+    """What a main set of constants picks on calibration files it was not fitted to: per shape the
+    measured time of the candidate it ranks first among those measured, of the best measured, and
+    cuBLAS's; the geometric means of cuBLAS's time over each (candidates timed one at a time)."""
+    import math
+
+    rows, _, sms, _ = load_calibration(paths)
+    shapes: dict = {}
+    for r in rows:
+        shapes.setdefault((r["M"], r["N"], r["K"], r["batch"]), {})[r["candidate"]] = r
+    picks, bests = [], []
+    for (M, N, K, count), rs in shapes.items():
+        ranked = model.ranked(table["constants"], table["blocks_per_sm"], M, N, K, count, sms)
+        pick = next((name for name, _, _ in ranked if name in rs), None)
+        if pick is None:
+            continue
+        cublas = rs[pick]["cublas_ms"]
+        picks.append(math.log(cublas / rs[pick]["ms"]))
+        bests.append(math.log(cublas / min(r["ms"] for r in rs.values())))
+    mean = lambda xs: math.exp(sum(xs) / len(xs)) if xs else float("nan")
+    return {"shapes": len(picks), "pick": mean(picks), "best": mean(bests)}
+
+
 def main(argv=None) -> int:
     p = ArgParser(prog="python -m tilegemm.calibration", description="fit the cost model's constants")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=ArgParser)
@@ -145,12 +168,20 @@ def main(argv=None) -> int:
     f.add_argument("files", nargs="+")
     f.add_argument("--small", nargs="+", default=[], help="calibrations of small products (calibrate.py --small)")
     f.add_argument("--out", required=True, help="the model table to write (src/tilegemm/tables/model-<gpu>.json)")
+    h = sub.add_parser("held-out", help="fit to FILES, then measure the picks on calibrations it was not fitted to")
+    h.add_argument("files", nargs="+")
+    h.add_argument("--on", nargs="+", required=True, help="calibration files of other seeds, same GPU")
     args = parse_args(p, argv)
     if isinstance(args, int):
         return args
 
     def run(a):
-        doc, said = model_table(a.files, a.small)
+        doc, said = model_table(a.files, a.small if a.cmd == "fit" else ())
+        if a.cmd == "held-out":
+            r = held_out(doc, a.on)
+            print(f"{said}; on {r['shapes']} held-out shapes its picks run at {r['pick']:.3f}x cuBLAS, "
+                  f"the best candidate at {r['best']:.3f}x (each timed alone)")
+            return 0
         Path(a.out).write_text(json.dumps(doc, indent=1) + "\n")
         print(f"{said}; wrote {a.out}")
         return 0

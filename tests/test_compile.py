@@ -439,3 +439,24 @@ def test_the_tf32_kernel_streams_both_operands_to_wgmma(cfg):
     lds = sum(v for op, v in ops.items() if op.startswith("LDS"))
     assert (lds > 0) == bool(cfg.get("tg_p_mn"))
     assert not any(op.startswith("HMMA") for op in ops)  # (FFMAs: alpha and beta in the epilogue)
+
+
+def test_per_operand_widths_build_what_each_operand_allows():
+    F = registry.FAMILY
+    p = F.params()
+    assert F.defines(p, "NN", 4)["TG_VEC"] == 4 and "TG_VEC_B" not in F.defines(p, "NN", 4)
+    d = F.defines(p, "NN", (4, 1, 4))
+    assert (d["TG_VEC_A"], d["TG_VEC_B"], d["TG_VEC_D"]) == (4, 1, 4) and "TG_VEC" not in d
+    assert F.defines(p, "NN", (1, 1, 1))["TG_VEC"] == 1
+    for bad in ((4, 2, 4), (4, 4), 2):
+        with pytest.raises(ValueError, match="vec must be"):
+            F.defines(p, "NN", bad)
+    # B 4 bytes wide, D 16: the K loop copies B with LDGSTS.32 only, the epilogue stores float4s
+    cfg = {"bm": 128, "bn": 64, "tm": 8, "tn": 8, "ln": 8, "minb": 0, "bk": 8, "swizzle": 8, "stages": 3}
+    ops = {w: sass.opcode_counts(sass.disassemble(F.compile(cfg, "NN", arch="sm_90", vec=w).cubin))
+           for w in (4, (4, 1, 4), (4, 4, 1))}
+    wide_copy = lambda c: any(k.startswith("LDGSTS") and ".128" in k for k in c)
+    wide_store = lambda c: any(k.startswith("STG") and ".128" in k for k in c)
+    assert wide_copy(ops[4]) and wide_store(ops[4])
+    assert not wide_copy(ops[(4, 1, 4)]) and wide_store(ops[(4, 1, 4)])
+    assert wide_copy(ops[(4, 4, 1)]) and not wide_store(ops[(4, 4, 1)])

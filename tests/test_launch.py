@@ -109,7 +109,10 @@ def stubs(monkeypatch):
     def launcher(name, layout, vec, device, config=(), lds=()):
         fn = FakeLauncher(registry.get(name), config, vec, log)
         built.append((name, layout, vec, dict(config)))
+        stubs_lds.append(tuple(lds))
         return fn
+
+    stubs_lds = []
 
     monkeypatch.setattr(dispatch, "launcher", launcher)
     monkeypatch.setattr(steps, "reducer", lambda device: FakeLauncher(registry.REDUCE, (), 1, log))
@@ -117,7 +120,7 @@ def stubs(monkeypatch):
     monkeypatch.setattr(steps, "transposer", lambda device: FakeLauncher(registry.PACK_T, (), 1, log))
     monkeypatch.setattr(launch, "workspace", lambda floats, stream: SimpleNamespace(data=SimpleNamespace(ptr=WORK)))
     monkeypatch.setattr(launch, "sk_flags", lambda device, stream, blocks: (0x800000, 7))
-    return SimpleNamespace(log=log, built=built)
+    return SimpleNamespace(log=log, built=built, lds=stubs_lds)
 
 
 WORK = 0x900000
@@ -254,6 +257,12 @@ def test_unaligned_operands_take_narrow_accesses_for_themselves_only(stubs):
     # the register pipeline reads A along its rows 16 bytes at a time where it can
     assert _built_widths(stubs, pa=PA + 4, config={**BIG, "stages": 0, "splits": 1}) == (1, 4, 4)
     assert _built_widths(stubs, pa=PA + 4, pb=PB + 4, pd=PD + 4, config={**BIG, "stages": 0, "splits": 1}) == 1
+    # C is read 4 bytes at a time: its alignment never narrows the build
+    pc = 0x40000004
+    p = plan(op("a", (64, 64), ptr=PA), op("b", (64, 64), ptr=PB), op("out", (64, 64), ptr=PD),
+             c=op("c", (64, 64), ptr=pc), beta=1.0)
+    dispatch.build(p, 0, (PA, PB, pc, PD), lambda key, precision: {**BIG, "splits": 1})
+    assert stubs.built[-1][2] == 4
     # TN: A as a transposed view is copied along its rows (m), 16 bytes at a time where it can
     p = plan(op("a", (64, 64), strides=(1, 64), ptr=PA + 4), op("b", (64, 64), ptr=PB), op("out", (64, 64), ptr=PD))
     dispatch.build(p, 0, (PA + 4, PB, 0, PD), lambda key, precision: {**BIG, "splits": 1})
@@ -286,6 +295,7 @@ def test_a_misaligned_operand_is_copied_where_the_copy_pays(stubs):
     assert (g["B"], g["ldb"], g["A"], g["lda"], g["D"], g["ldd"]) == (dst, 304, PA, K, WORK, ldw)
     assert prog.work_floats == -(-planes // 64) * 64 + K * 304
     assert stubs.built[-1][2] == 4  # B's copy aligned, D is the workspace
+    assert stubs.lds[-1] == (K, 304)  # the copy's leading dimension decides on 64-bit offsets
     assert len(launches) == 3  # the copy, the kernel, the reduction
 
 
@@ -293,12 +303,12 @@ def test_a_misaligned_operand_is_copied_where_the_copy_pays(stubs):
     ("NN", 1000, 401, 1000, {}),              # too few rows of A per element of B: not worth a copy
     ("NN", 600, 301, 1000, {}),               # narrow rows of B, still too few rows of A
     ("NN", 4096, 304, 1000, {}),              # aligned already
-    ("NT", 4096, 301, 1000, {}),              # B's tiles are copied 4 bytes at a time anyway (k along rows)
+    ("NT", 4096, 301, 1000, {}),              # B's tiles are copied 4 bytes at a time anyway (k along rows; ldb 1001)
     ("NN", 4096, 301, 1000, {"stages": 0}),   # the register pipeline: no copies
 ])
 def test_operands_not_copied(stubs, case):
     layout, M, N, K, extra = case
-    b = Operand("b", "cupy", None, (K, N), (1, K), F32, 0, PB) if layout[1] == "T" else op("b", (K, N), ptr=PB)
+    b = Operand("b", "cupy", None, (K, N), (1, K + 1), F32, 0, PB) if layout[1] == "T" else op("b", (K, N), ptr=PB)
     p = plan(op("a", (M, K), ptr=PA), b, op("out", (M, N), ptr=PD))
     prog, launches = run(p, {**BIG, "splits": 1, **extra}, stubs)
     assert len(launches) == 1 and prog.work_floats == 0

@@ -117,4 +117,4 @@ def test_held_out_picks_are_measured_on_other_seeds():
     a, b = (folder / f"NVIDIA-H100-80GB-HBM3-2026-11-23-calibration-s{s}.json" for s in (331, 333))
     table, _ = calibration.model_table([a])
     r = calibration.held_out(table, [b])
-    assert r["shapes"] >= 30 and 0.5 < r["pick"] <= r["best"]
+    assert r["shapes"] >= 30 and r["pick"] > 0.9 * r["best"]  # fitted on one seed, it picks well on another

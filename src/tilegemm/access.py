@@ -30,16 +30,21 @@ def vector_width(*operands: tuple) -> int:
 COPY_MACS_PER_ELEMENT = 2048
 NARROW_ROWS = 384
 NARROW_COPY_MACS_PER_ELEMENT = 640
+# No copy holds more floats than this (1 GiB of workspace); the Hopper path's copies keep the same bound
+COPY_LIMIT = 1 << 28
 
 
 def family_copies(layout: str, copies: bool, aligned: tuple, M: int, N: int, K: int, count: int) -> tuple[bool, bool]:
     """Whether the family reads A, B from aligned copies in the workspace: only operands it copies
     along their rows (A as a transposed view, B as stored; ``copies``: the cp.async configs), not
-    16-byte aligned (``aligned``: A's, B's), one product per run, and when the copy pays."""
+    16-byte aligned (``aligned``: A's, B's), one product per run, when the copy pays and holds at
+    most COPY_LIMIT floats."""
     along = (layout[0] == "T", layout[1] == "N")
     rows = (M, N)  # the length of a stored row of A (K x M as stored) and of B (K x N)
 
     def pays(i: int) -> bool:
+        if K * (-(-rows[i] // 4) * 4) > COPY_LIMIT:
+            return False
         per = M * N * K // (K * rows[i])  # multiply-adds per element copied
         return per >= COPY_MACS_PER_ELEMENT or (rows[i] <= NARROW_ROWS and per >= NARROW_COPY_MACS_PER_ELEMENT)
 

@@ -5,6 +5,7 @@ split over K from a predicted time.  Used by dispatch (what runs) and bench (wha
 from __future__ import annotations
 
 from . import registry
+from .access import COPY_LIMIT
 
 
 def hopper_tensor_cores(props) -> bool:
@@ -83,7 +84,7 @@ def tf32_plan(M: int, N: int, K: int, sms: int = 132) -> tuple[int, int, int]:
 
 # the most floats of one operand the Hopper tensor-core path copies into aligned rows (1 GiB); a
 # larger unaligned operand is copied tile by tile by the kernel's producer (cp.async) instead
-PACK_LIMIT = 1 << 28
+PACK_LIMIT = COPY_LIMIT
 
 
 def wgmma_views(layout: str, M: int, N: int, K: int) -> tuple:

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tilegemm
-from tilegemm import access, autotune, fastpath, model, registry, selection
+from tilegemm import access, autotune, fastpath, launch, model, registry, selection
 
 pytestmark = pytest.mark.gpu
 
@@ -104,12 +104,15 @@ def test_property_with_every_misaligned_operand_copied(cp, case, monkeypatch):
     (access.COPY_MACS_PER_ELEMENT = 1), so small shapes, edges and every config class take it."""
     monkeypatch.setattr(access, "COPY_MACS_PER_ELEMENT", 1)
     tilegemm.clear_caches()
-    check_case(cp, case, CONFIGS[case["config"]])
+    try:
+        check_case(cp, case, CONFIGS[case["config"]])
+    finally:
+        tilegemm.clear_caches()  # no program built under this rule outlives the test
 
 
 @pytest.mark.parametrize("cfg", [None, {**selection.BIG, "splits": 1}, {**selection.BIG, "splits": 3},
                                  {**selection.BIG, "splits": 1, "sk": 1}, {**selection.BIG, "splits": 3, "sk": 2},
-                                 {**selection.SMALL, "splits": 1}])
+                                 {**model.TILES["64x64f"], "splits": 1}, {**selection.SMALL, "splits": 1}])
 @pytest.mark.parametrize("layout", ["NN", "TN"])
 def test_misaligned_operands_copied_where_it_pays(cp, cfg, layout):
     """Shapes where the copy pays at the shipped threshold: B of 301 columns under 2100 rows of A (NN),
@@ -122,10 +125,14 @@ def test_misaligned_operands_copied_where_it_pays(cp, cfg, layout):
     b = _matrix(cp, rng, K, N, False, 0, 0)
     c = cp.asarray(rng.standard_normal((M, N), dtype=np.float32))
     ref = np.matmul(cp.asnumpy(a).astype(np.float64), cp.asnumpy(b).astype(np.float64))
+    tilegemm.clear_caches()
     for _ in range(2):
         out = cp.full((M, N), np.nan, dtype=np.float32)
         tilegemm.matmul(a, b, out=out, config=cfg)
         assert np.linalg.norm(cp.asnumpy(out) - ref) / np.linalg.norm(ref) < TOL
+    (entry,) = fastpath.entries()  # the program both calls ran: one copy step where the config copies by cp.async
+    copies = sum(len(step.args) == len(launch.PACK.fields) for step in entry.program.steps)
+    assert copies == (1 if registry.FAMILY.params(entry.program.config)["stages"] >= 2 else 0), entry.program.config
     g = tilegemm.gemm(a, b, c, alpha=-0.5, beta=2.0, config=cfg)
     gref = -0.5 * ref + 2.0 * cp.asnumpy(c).astype(np.float64)
     assert np.linalg.norm(cp.asnumpy(g) - gref) / np.linalg.norm(gref) < TOL

@@ -3,7 +3,7 @@
 //
 // Same shared layout as tg_tiles.cuh: As[k][m] and Bs[k][n], rows LD floats long.  Copies run along
 // the contiguous direction in global memory: 16 bytes per copy when the tile keeps its orientation
-// and the operand is 16-byte aligned (TG_VEC=4), else 4 bytes; a tile that must be transposed (its
+// and the operand is 16-byte aligned (TG_VEC_A / TG_VEC_B = 4), else 4 bytes; a tile that must be transposed (its
 // k runs along global rows: A row-major, B column-major) always goes by 4-byte copies, each lane
 // writing one element of As[k][m].  Lanes take 8 k at a time, so a warp writes 4 rows x 8 k, which
 // lands in 32 distinct banks when LD % 32 == 4.

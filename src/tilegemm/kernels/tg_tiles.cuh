@@ -4,8 +4,8 @@
 // A values and B values for one k are contiguous (LDS.128).  Whether that needs a transpose on the
 // way in depends on the operand's layout in global memory (GEMM part 2 §2.2, docs/sources.md: A is
 // transposed on its way into shared memory); the loads themselves are always along the contiguous
-// direction in global memory, 16 bytes wide (TG_VEC=4) when the operand is 16-byte aligned with
-// ld % 4 == 0, else 4 bytes wide (TG_VEC=1; same values, more instructions).
+// direction in global memory, 16 bytes wide (TG_VEC_A / TG_VEC_B = 4) when the operand is 16-byte
+// aligned with ld % 4 == 0, else 4 bytes wide (= 1; same values, more instructions).
 #pragma once
 #include "tg_common.cuh"
 
@@ -117,7 +117,7 @@ struct BTile {
 };
 
 // Store a run of 4 results of row m starting at column n: one STG.128 when the whole run is inside
-// C and aligned (TG_VEC == 4), else element by element with bounds checks.
+// C and aligned (TG_VEC_D == 4), else element by element with bounds checks.
 template <bool EDGE>
 __device__ __forceinline__ void tg_store4(float *C, tg_idx ldc, int m, int n, int M, int N, float4 v) {
     float *q = C + (tg_idx)m * ldc + n;

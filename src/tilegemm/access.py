@@ -20,6 +20,18 @@ def vector_width(*operands: tuple) -> int:
     return 4 if all(ptr % 16 == 0 and all(s % 4 == 0 for s in rest) for ptr, *rest in operands) else 1
 
 
+def stored_views(layout: str, M: int, N: int, K: int) -> tuple:
+    """(rows, cols) of A and of B as stored (cols contiguous): how a copy into aligned rows, or a TMA
+    tensor map, reads them."""
+    return ((M, K) if layout[0] == "N" else (K, M)), ((K, N) if layout[1] == "N" else (N, K))
+
+
+def copy_floats(view: tuple) -> int:
+    """Floats of an operand's copy in aligned rows: its rows of cols rounded up to 4."""
+    rows, cols = view
+    return rows * -(-cols // 4) * 4
+
+
 # Copying an operand whose rows are not 16-byte aligned into aligned rows lets the family copy its
 # tiles 16 bytes at a time instead of 4.  The copy reads and writes the operand once, about 60/P of
 # the product's time on the H100 where P is the product's multiply-adds per element copied (M for B
@@ -40,13 +52,14 @@ def family_copies(layout: str, copies: bool, aligned: tuple, M: int, N: int, K: 
     16-byte aligned (``aligned``: A's, B's), one product per run, when the copy pays and holds at
     most COPY_LIMIT floats."""
     along = (layout[0] == "T", layout[1] == "N")
-    rows = (M, N)  # the length of a stored row of A (K x M as stored) and of B (K x N)
+    views = stored_views(layout, M, N, K)  # an operand copied along its rows is K x (its M or N)
 
     def pays(i: int) -> bool:
-        if K * (-(-rows[i] // 4) * 4) > COPY_LIMIT:
+        if copy_floats(views[i]) > COPY_LIMIT:
             return False
-        per = M * N * K // (K * rows[i])  # multiply-adds per element copied
-        return per >= COPY_MACS_PER_ELEMENT or (rows[i] <= NARROW_ROWS and per >= NARROW_COPY_MACS_PER_ELEMENT)
+        row = views[i][1]
+        per = M * N // row  # multiply-adds per element copied
+        return per >= COPY_MACS_PER_ELEMENT or (row <= NARROW_ROWS and per >= NARROW_COPY_MACS_PER_ELEMENT)
 
     return tuple(bool(copies and count == 1 and along[i] and not aligned[i] and K > 0 and pays(i)) for i in (0, 1))
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import api, gpu, hopper, registry, selection, timing
+from . import access, api, gpu, hopper, registry, selection, timing
 from .errors import UnsupportedOperands
 
 TOLERANCE = timing.TOLERANCE
@@ -102,7 +102,7 @@ def available_references() -> list[str]:
 
 def _aligned(layout: str, M: int, N: int, K: int) -> tuple:
     """Whether each of the bench's contiguous operands has 16-byte aligned rows (rows of cols floats)."""
-    return tuple(cols % 4 == 0 for _, cols in hopper.wgmma_views(layout, M, N, K))
+    return tuple(cols % 4 == 0 for _, cols in access.stored_views(layout, M, N, K))
 
 
 def _tf32_config(prec: str, layout: str, M: int, N: int, K: int, sms: int) -> dict | None:

@@ -19,7 +19,7 @@ from . import gpu, hopper, registry
 from .arrays import UNKNOWN, Operand, describe
 from .launch import (GEMM, RUNG, WGMMA, A, B, C, D, W, Program, Step, launcher, wgmma_launcher,
                      wgmma_tf32_launcher)
-from .access import family_copies, family_widths, vector_width
+from .access import copy_floats, family_copies, family_widths, stored_views, vector_width
 from .plan import GRID_Z, Plan, plan
 from .steps import pack_step, reduce_step, tf32_step, tma_step, transpose_step
 
@@ -209,7 +209,7 @@ def _wgmma_family(p, g, device, at, offs, beta) -> tuple[list[Step], int, dict]:
     leave SMs idle, the splits added by the reduction with alpha and beta; an operand TMA cannot
     read (rows not 16-byte aligned) copied first into aligned rows of the workspace (beyond a limit
     the kernel's producer copies the tiles by cp.async): hopper.wgmma_config.  The steps, the workspace (floats) and the config run."""
-    views = hopper.wgmma_views(g.layout, g.M, g.N, g.K)
+    views = stored_views(g.layout, g.M, g.N, g.K)
     aligned = (vector_width((at[A], g.lda)) == 4, vector_width((at[B], g.ldb)) == 4)
     sms = gpu.device_properties(device).sms
     tf32 = hopper.tf32_config(g.layout, g.M, g.N, g.K, aligned, sms) if p.precision == "tf32" else None
@@ -239,7 +239,7 @@ def _workspace_copy(work: int, view: tuple) -> tuple[int, int, tuple]:
     (its byte offset, 256-byte aligned; the workspace's floats with it; where a kernel reads it:
     (W, byte offset, row length: cols rounded up to 4))."""
     dst = -(-work // 64) * 64
-    return 4 * dst, dst + hopper.wgmma_packed(view), (W, 4 * dst, -(-view[1] // 4) * 4)
+    return 4 * dst, dst + copy_floats(view), (W, 4 * dst, -(-view[1] // 4) * 4)
 
 
 def _tf32(p, g, device, at, offs, beta, ops, sms) -> tuple[list[Step], int, dict]:
@@ -282,7 +282,7 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
     cp_async = registry.FAMILY.params(cfg)["stages"] >= 2
     ops = [(at[A], g.lda, sa), (at[B], g.ldb, sb)]
     copied = family_copies(g.layout, cp_async, [vector_width(o) == 4 for o in ops], g.M, g.N, g.K, g.count)
-    views = hopper.wgmma_views(g.layout, g.M, g.N, g.K)
+    views = stored_views(g.layout, g.M, g.N, g.K)
     for i in (0, 1):
         if copied[i]:
             ops[i] = (0, -(-views[i][1] // 4) * 4, 0)  # the copy: aligned rows

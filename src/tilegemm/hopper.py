@@ -5,7 +5,7 @@ split over K from a predicted time.  Used by dispatch (what runs) and bench (wha
 from __future__ import annotations
 
 from . import registry
-from .access import COPY_LIMIT
+from .access import COPY_LIMIT, copy_floats, stored_views
 
 
 def hopper_tensor_cores(props) -> bool:
@@ -87,23 +87,12 @@ def tf32_plan(M: int, N: int, K: int, sms: int = 132) -> tuple[int, int, int]:
 PACK_LIMIT = COPY_LIMIT
 
 
-def wgmma_views(layout: str, M: int, N: int, K: int) -> tuple:
-    """(rows, cols) of A and of B as the Hopper path's tensor maps read them (cols contiguous)."""
-    return ((M, K) if layout[0] == "N" else (K, M)), ((K, N) if layout[1] == "N" else (N, K))
-
-
-def wgmma_packed(view: tuple) -> int:
-    """Floats of an operand's copy in aligned rows: its rows of cols rounded up to 4."""
-    rows, cols = view
-    return rows * -(-cols // 4) * 4
-
-
 def wgmma_pack(aligned: tuple, views: tuple) -> int | None:
     """Which operands the Hopper tensor-core path copies into 16-byte aligned rows before rung 10's
     kernel reads them by TMA: a bit mask (1: A, 2: B) of those not ``aligned`` (``views``: their
-    wgmma_views); None where such an operand's copy would hold more than PACK_LIMIT floats, and the
+    access.stored_views); None where such an operand's copy would hold more than PACK_LIMIT floats, and the
     kernel's producer copies the tiles with cp.async instead."""
-    if any(not ok and wgmma_packed(v) > PACK_LIMIT for ok, v in zip(aligned, views)):
+    if any(not ok and copy_floats(v) > PACK_LIMIT for ok, v in zip(aligned, views)):
         return None
     return sum(1 << i for i, ok in enumerate(aligned) if not ok)
 
@@ -113,7 +102,7 @@ def wgmma_config(layout: str, M: int, N: int, K: int, aligned: tuple, sms: int =
     into aligned rows, None where the producer copies tiles by cp.async) and ``wgmma_plan``'s "bm",
     "splits", "k_split" (64-row tiles need TMA).  Used by dispatch (what runs) and bench (what it
     records: ``wgmma_record``)."""
-    pack = wgmma_pack(aligned, wgmma_views(layout, M, N, K))
+    pack = wgmma_pack(aligned, stored_views(layout, M, N, K))
     bm, splits, k_split = wgmma_plan(M, N, K, sms, (128, 64) if pack is not None else (128,))
     return {"pack": pack, "bm": bm, "splits": splits, "k_split": k_split}
 
@@ -142,9 +131,9 @@ def tf32_operands(layout: str, M: int, N: int, K: int, aligned: tuple) -> dict |
     hows = []
     for kernel_op, i in enumerate(order):
         if kernel_op == 1 and not kmajor[i]:
-            how, floats = "transpose", wgmma_packed((rows[i], K))
+            how, floats = "transpose", copy_floats((rows[i], K))
         else:
-            how, floats = ("stored" if aligned[i] else "copy"), wgmma_packed((rows[i], K) if kmajor[i] else (K, rows[i]))
+            how, floats = ("stored" if aligned[i] else "copy"), copy_floats((rows[i], K) if kmajor[i] else (K, rows[i]))
         if how != "stored" and floats > PACK_LIMIT:
             return None
         hows.append(how)

@@ -448,15 +448,23 @@ def test_per_operand_widths_build_what_each_operand_allows():
     d = F.defines(p, "NN", (4, 1, 4))
     assert (d["TG_VEC_A"], d["TG_VEC_B"], d["TG_VEC_D"]) == (4, 1, 4) and "TG_VEC" not in d
     assert F.defines(p, "NN", (1, 1, 1))["TG_VEC"] == 1
-    for bad in ((4, 2, 4), (4, 4), 2):
+    assert F.defines(p, "NN", (4, 2, 2))["TG_VEC_B"] == 2
+    for bad in ((4, 3, 4), (4, 4), 8):
         with pytest.raises(ValueError, match="vec must be"):
             F.defines(p, "NN", bad)
     # B 4 bytes wide, D 16: the K loop copies B with LDGSTS.32 only, the epilogue stores float4s
     cfg = {"bm": 128, "bn": 64, "tm": 8, "tn": 8, "ln": 8, "minb": 0, "bk": 8, "swizzle": 8, "stages": 3}
     ops = {w: sass.opcode_counts(sass.disassemble(F.compile(cfg, "NN", arch="sm_90", vec=w).cubin))
-           for w in (4, (4, 1, 4), (4, 4, 1))}
+           for w in (4, (4, 1, 4), (4, 4, 1), (4, 2, 2))}
     wide_copy = lambda c: any(k.startswith("LDGSTS") and ".128" in k for k in c)
     wide_store = lambda c: any(k.startswith("STG") and ".128" in k for k in c)
+    pair_copy = lambda c: any(k.startswith("LDGSTS") and ".64" in k for k in c)
+    pair_store = lambda c: any(k.startswith("STG") and ".64" in k for k in c)
     assert wide_copy(ops[4]) and wide_store(ops[4])
     assert not wide_copy(ops[(4, 1, 4)]) and wide_store(ops[(4, 1, 4)])
     assert wide_copy(ops[(4, 4, 1)]) and not wide_store(ops[(4, 4, 1)])
+    # B and D 8 bytes wide: B copied with LDGSTS.64 (A, transposed, stays 4 bytes), D stored with STG.64
+    c2 = ops[(4, 2, 2)]
+    assert pair_copy(c2) and not wide_copy(c2) and pair_store(c2) and not wide_store(c2)
+    assert sum(n for k, n in c2.items() if k.startswith("LDGSTS")) < sum(
+        n for k, n in ops[(4, 1, 4)].items() if k.startswith("LDGSTS"))

@@ -196,6 +196,12 @@ def test_vector_width_follows_alignment():
     assert access.vector_width((0x1000, 8), (0x2000, 4)) == 4
     assert access.vector_width((0x1004, 8), (0x2000, 4)) == 1  # a view starting 4 bytes in
     assert access.vector_width((0x1000, 6), (0x2000, 4)) == 1  # leading dimension not a multiple of 4
+    # the family's 8-byte accesses: an 8-byte aligned start and even leading dimensions and strides
+    assert access.vector_width((0x1000, 6), (0x2000, 4), pairs=True) == 2
+    assert access.vector_width((0x1008, 8, 4), pairs=True) == 2
+    assert access.vector_width((0x1000, 8, 4), pairs=True) == 4
+    assert access.vector_width((0x1004, 8), pairs=True) == 1
+    assert access.vector_width((0x1000, 6, 3), pairs=True) == 1  # an odd batch stride
 
 
 def test_family_widths_per_operand():
@@ -206,6 +212,10 @@ def test_family_widths_per_operand():
     assert access.family_widths("NN", True, ok, bad, None) == (4, 1, 4)  # D is the split-K workspace
     assert access.family_widths("NT", True, bad, bad, ok) == 4
     assert access.family_widths("TT", True, bad, bad, bad) == (1, 4, 1)
+    pair = (0x1000, 6)  # 8-byte aligned rows
+    assert access.family_widths("NN", True, ok, pair, pair) == (4, 2, 2)
+    assert access.family_widths("NN", True, ok, pair, bad) == (4, 2, 1)
+    assert access.family_widths("TN", True, pair, pair, pair) == 2
 
 
 @pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])

@@ -15,9 +15,13 @@ def needs_wide_offsets(extent: int, *lds: int) -> bool:
     return (extent + 1) * max((abs(int(ld)) for ld in lds), default=0) >= 2**31
 
 
-def vector_width(*operands: tuple) -> int:
-    """4 when every (pointer, leading dimension or batch stride...) allows 16-byte accesses, else 1."""
-    return 4 if all(ptr % 16 == 0 and all(s % 4 == 0 for s in rest) for ptr, *rest in operands) else 1
+def vector_width(*operands: tuple, pairs: bool = False) -> int:
+    """4 when every (pointer, leading dimension or batch stride...) allows 16-byte accesses; else, with
+    ``pairs`` (the family), 2 when every one allows 8-byte accesses; else 1."""
+    for width in (4, 2) if pairs else (4,):
+        if all(ptr % (4 * width) == 0 and all(s % width == 0 for s in rest) for ptr, *rest in operands):
+            return width
+    return 1
 
 
 def stored_views(layout: str, M: int, N: int, K: int) -> tuple:
@@ -65,13 +69,15 @@ def family_copies(layout: str, copies: bool, aligned: tuple, M: int, N: int, K: 
 
 
 def family_widths(layout: str, copies: bool, a: tuple, b: tuple, d: tuple | None) -> int | tuple[int, int, int]:
-    """The family's access width per operand (A, B, D), each operand given as in ``vector_width``.
+    """The family's access width per operand (A, B, D) in floats, 4, 2 or 1 (16-, 8- or 4-byte
+    accesses), each operand given as in ``vector_width``.
     ``copies``: the config copies its tiles with cp.async (stages >= 2, or the tensor cores), where an
     operand whose k runs along its rows in memory (A as stored, B as a transposed view) is copied 4
     bytes at a time whatever its alignment, so its width is 4 (one build for every alignment).  The
     register pipeline reads both along their rows.  ``d``: None when the kernel writes the split-K
     workspace, whose rows are padded to a multiple of 4 floats.  C is read 4 bytes at a time.  One
     number when the three agree (the build every operand shares), else (A, B, D)."""
-    widths = (4 if copies and layout[0] == "N" else vector_width(a),
-              4 if copies and layout[1] == "T" else vector_width(b), 4 if d is None else vector_width(d))
+    widths = (4 if copies and layout[0] == "N" else vector_width(a, pairs=True),
+              4 if copies and layout[1] == "T" else vector_width(b, pairs=True),
+              4 if d is None else vector_width(d, pairs=True))
     return widths[0] if len(set(widths)) == 1 else widths

@@ -145,6 +145,9 @@ __device__ __forceinline__ void store4(float *D, tg_idx ldd, const float *C, tg_
     const float *c = C + (tg_idx)m * ldc + n;
     if (!EDGE && !BETA && TG_VEC_D == 4) {
         *reinterpret_cast<float4 *>(d) = make_float4(r[0], r[1], r[2], r[3]);
+    } else if (!EDGE && !BETA && TG_VEC_D == 2) {
+        reinterpret_cast<float2 *>(d)[0] = make_float2(r[0], r[1]);
+        reinterpret_cast<float2 *>(d)[1] = make_float2(r[2], r[3]);
     } else {
 #pragma unroll
         for (int j = 0; j < 4; ++j) {

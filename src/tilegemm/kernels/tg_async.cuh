@@ -3,7 +3,8 @@
 //
 // Same shared layout as tg_tiles.cuh: As[k][m] and Bs[k][n], rows LD floats long.  Copies run along
 // the contiguous direction in global memory: 16 bytes per copy when the tile keeps its orientation
-// and the operand is 16-byte aligned (TG_VEC_A / TG_VEC_B = 4), else 4 bytes; a tile that must be transposed (its
+// and the operand is 16-byte aligned (TG_VEC_A / TG_VEC_B = 4), 8 bytes when it is 8-byte aligned
+// (= 2), else 4 bytes; a tile that must be transposed (its
 // k runs along global rows: A row-major, B column-major) always goes by 4-byte copies, each lane
 // writing one element of As[k][m].  Lanes take 8 k at a time, so a warp writes 4 rows x 8 k, which
 // lands in 32 distinct banks when LD % 32 == 4.
@@ -19,8 +20,8 @@
 // Edges, without a branch in the K loop:
 // - m / n beyond the matrix: the source row (or 16-byte column group) is clamped into the matrix
 //   when the pointers are set up; the values land in rows / columns of the tile whose results are
-//   never stored.  A 16-byte copy that straddles the last column copies only the columns inside
-//   (cp.async's src-size) and zero-fills the rest.
+//   never stored.  A 16- or 8-byte copy that straddles the last column copies only the columns
+//   inside (cp.async's src-size) and zero-fills the rest.
 // - k: the tiles are placed so that only the first one is partial (it starts at k = K - T*BK <= 0);
 //   its elements with k < 0 are zero-filled (src-size 0), so they add nothing.  Every later tile
 //   is whole.
@@ -40,11 +41,16 @@ typedef int tg_off;
 __device__ __forceinline__ unsigned tg_smem(const void *p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
 
 // shared dst[0..CP) = src[0..nbytes) then zeros; nothing is read when nbytes == 0.  Issued only if `on`.
+// 16 bytes bypass L1 (.cg); 8 and 4 (.ca, the only form PTX has for them) go through it.
 template <int CP>
 __device__ __forceinline__ void tg_cp_async(unsigned dst, const float *src, int nbytes, bool on) {
     if (CP == 16)
         asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %3, 0;\n"
                      " @p cp.async.cg.shared.global [%0], [%1], 16, %2;\n}\n"
+                     :: "r"(dst), "l"(src), "r"(nbytes), "r"((int)on) : "memory");
+    else if (CP == 8)
+        asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %3, 0;\n"
+                     " @p cp.async.ca.shared.global [%0], [%1], 8, %2;\n}\n"
                      :: "r"(dst), "l"(src), "r"(nbytes), "r"((int)on) : "memory");
     else
         asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %3, 0;\n"
@@ -57,20 +63,21 @@ __device__ __forceinline__ void tg_cp_wait() { asm volatile("cp.async.wait_group
 
 // One operand's ROWS x COLS tile of a view whose element (r, c) is at base[r * ld + c].
 // TRANSPOSED: stored as s[c][r] (then c is k), else as s[r][c] (then r is k).  VEC: the operand's
-// access width (TG_VEC_A or TG_VEC_B; a transposed tile always copies 4 bytes).  THREADS threads
+// access width in floats, 4, 2 or 1 (TG_VEC_A or TG_VEC_B; a transposed tile always copies 4 bytes).  THREADS threads
 // share the copies, N each; each copy has its own source pointer, set up once and moved by the same
 // step every tile (so the clamping at the edges costs nothing in the loop).  The shared-memory
 // offsets depend only on (i, tid) and are recomputed, not kept in registers.
 template <int ROWS, int COLS, int THREADS, bool TRANSPOSED, int LD, int VEC>
 struct AsyncTile {
-    static constexpr int V = (TRANSPOSED || VEC == 1) ? 1 : 4;  // floats per copy
+    static constexpr int V = TRANSPOSED ? 1 : VEC;  // floats per copy
+    static_assert(V == 1 || V == 2 || V == 4, "copies of 4, 8 or 16 bytes");
     static constexpr int N = ROWS * COLS / (V * THREADS);
     static constexpr int G = COLS < 8 ? COLS : 8;  // transposed: lanes take G consecutive k
     static_assert(N * V * THREADS == ROWS * COLS && N >= 1, "the tile splits into whole copies per thread");
     static_assert(COLS % V == 0 && (!TRANSPOSED || COLS % G == 0), "copies stay inside a row");
     const float *base;  // the tile's element (0, 0), moved BK along k per tile
     tg_off o[N];        // copy i reads base + o[i]
-    int nb[N];  // bytes each copy reads: 4 * V, fewer for a 16-byte copy at the last column group
+    int nb[N];  // bytes each copy reads: 4 * V, fewer for a wide copy at the last column group
 
     // copy i of thread tid -> (row, column) in the tile.  Written so that the part that depends
     // on tid is the same for every i and the rest is a compile-time constant: one shared-memory
@@ -117,7 +124,7 @@ struct AsyncTile {
             int rr = r0 + r, cc = c0 + c;
             if (TRANSPOSED) rr = min(rr, rows - 1);
             else if (cc >= cols) cc = 0;  // a column group wholly outside: any valid one
-            nb[i] = (!TRANSPOSED && V == 4) ? 4 * min(4, cols - cc) : 4 * V;
+            nb[i] = V > 1 ? 4 * min(V, cols - cc) : 4;
             o[i] = (tg_off)((tg_idx)(rr - r0) * ld + (cc - c0));
         }
     }

@@ -17,7 +17,9 @@
 // Access widths: TG_VEC = 4 when an operand allows 16-byte accesses along its contiguous direction
 // (16-byte aligned, leading dimension a multiple of 4), else 1 (4-byte accesses).  The family takes
 // one per operand (TG_VEC_A, TG_VEC_B, and TG_VEC_D for its stores), so one misaligned operand does
-// not narrow the others' accesses; each defaults to TG_VEC, which the rungs use for all three.
+// not narrow the others' accesses; each defaults to TG_VEC, which the rungs use for all three.  The
+// family also takes 2 (8-byte accesses: 8-byte aligned, leading dimension even), where the rungs
+// take 1.
 #ifndef TG_VEC
 #define TG_VEC 4
 #endif
@@ -30,9 +32,9 @@
 #ifndef TG_VEC_D
 #define TG_VEC_D TG_VEC
 #endif
-static_assert((TG_VEC == 4 || TG_VEC == 1) && (TG_VEC_A == 4 || TG_VEC_A == 1) && (TG_VEC_B == 4 || TG_VEC_B == 1) &&
-                  (TG_VEC_D == 4 || TG_VEC_D == 1),
-              "access widths are 4 (16-byte accesses) or 1 (4-byte accesses)");
+#define TG_WIDTH_OK(w) ((w) == 4 || (w) == 2 || (w) == 1)
+static_assert(TG_WIDTH_OK(TG_VEC) && TG_WIDTH_OK(TG_VEC_A) && TG_WIDTH_OK(TG_VEC_B) && TG_WIDTH_OK(TG_VEC_D),
+              "access widths are 4 (16-byte accesses), 2 (8-byte) or 1 (4-byte)");
 
 typedef long long tg_idx;
 

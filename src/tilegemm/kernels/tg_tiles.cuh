@@ -10,7 +10,7 @@
 #include "tg_common.cuh"
 
 // A ROWS x COLS block of a view whose element (r, c) lives at base[r * ld + c] (c contiguous),
-// held in registers as float4 along c, read 16 bytes at a time when VEC == 4 (else 4 bytes); THREADS
+// held in registers as float4 along c, read 16 bytes at a time when VEC == 4 (8 when 2, else 4); THREADS
 // threads share the block, N float4 each.  A
 // thread's float4s sit in one column and rows RSTEP apart.  It keeps one pointer, moved along with
 // the tile, so the main loop does no 64-bit index arithmetic; the sizes and leading dimension are
@@ -39,9 +39,13 @@ struct GTile {
         for (int i = 0; i < N; ++i) {
             const float *q = p + (i * RSTEP) * ld;
             if (!EDGE) {
-                if (VEC == 4)
+                if (VEC == 4) {
                     v[i] = __ldg(reinterpret_cast<const float4 *>(q));
-                else
+                } else if (VEC == 2) {
+                    const float2 lo = __ldg(reinterpret_cast<const float2 *>(q));
+                    const float2 hi = __ldg(reinterpret_cast<const float2 *>(q + 2));
+                    v[i] = make_float4(lo.x, lo.y, hi.x, hi.y);
+                } else
                     v[i] = make_float4(__ldg(q), __ldg(q + 1), __ldg(q + 2), __ldg(q + 3));
             } else {
                 const bool row_ok = r + i * RSTEP < rows;
@@ -117,12 +121,16 @@ struct BTile {
 };
 
 // Store a run of 4 results of row m starting at column n: one STG.128 when the whole run is inside
-// C and aligned (TG_VEC_D == 4), else element by element with bounds checks.
+// C and aligned (TG_VEC_D == 4), two STG.64 when 8-byte aligned (2), else element by element with
+// bounds checks.
 template <bool EDGE>
 __device__ __forceinline__ void tg_store4(float *C, tg_idx ldc, int m, int n, int M, int N, float4 v) {
     float *q = C + (tg_idx)m * ldc + n;
     if (!EDGE && TG_VEC_D == 4) {
         *reinterpret_cast<float4 *>(q) = v;
+    } else if (!EDGE && TG_VEC_D == 2) {
+        reinterpret_cast<float2 *>(q)[0] = make_float2(v.x, v.y);
+        reinterpret_cast<float2 *>(q)[1] = make_float2(v.z, v.w);
     } else if (!EDGE) {
         q[0] = v.x; q[1] = v.y; q[2] = v.z; q[3] = v.w;
     } else if (m < M) {

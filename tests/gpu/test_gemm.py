@@ -49,7 +49,7 @@ CONFIGS += [{**model.TILES[t], "splits": 1, "sk": 1} for t in model.STREAM_K_TIL
 
 def _matrix(cp, rng, rows, cols, trans, pad, offset, lead=()):
     """lead + (rows, cols) float32 view: transposed storage, a padded ld, and an element offset
-    (offset 1 makes the view start 4 bytes into its buffer: not 16-byte aligned)."""
+    (offset 1 makes the view start 4 bytes into its buffer: not 16-byte aligned; 2: 8-byte aligned only)."""
     inner = (cols, rows + pad) if trans else (rows, cols + pad)
     n = int(np.prod(lead + inner)) + offset
     flat = cp.asarray(rng.standard_normal(n, dtype=np.float32))
@@ -82,7 +82,7 @@ def cases(draw):
         M=M, N=N, K=K, a_vec=a_vec, b_vec=b_vec, batch_a=batch_a, batch_b=batch_b,
         ta=draw(st.booleans()), tb=draw(st.booleans()),
         pad_a=draw(st.sampled_from([0, 0, 1, 3])), pad_b=draw(st.sampled_from([0, 0, 2])),
-        off_a=draw(st.sampled_from([0, 0, 0, 1])), off_b=draw(st.sampled_from([0, 0, 0, 1])),
+        off_a=draw(st.sampled_from([0, 0, 0, 1, 2])), off_b=draw(st.sampled_from([0, 0, 0, 1, 2])),
         alpha=draw(st.sampled_from([1.0, 1.0, -0.5, 2.0])),
         beta=draw(st.sampled_from([0.0, 0.0, 1.0, 0.25])),
         c_kind=draw(st.sampled_from(["full", "full", "row", "col", "out"])),

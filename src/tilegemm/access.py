@@ -68,6 +68,19 @@ def family_copies(layout: str, copies: bool, aligned: tuple, M: int, N: int, K: 
     return tuple(bool(copies and count == 1 and along[i] and not aligned[i] and K > 0 and pays(i)) for i in (0, 1))
 
 
+def row_width(layout: str, M: int, N: int, K: int, count: int = 1, pairs: bool = True) -> int:
+    """The narrowest access width (floats) with which the family's cp.async configs copy an operand
+    along its rows, for contiguous operands of this shape: A when a transposed view (rows of M
+    floats), B as stored (rows of N); 4 where the rows are 16-byte aligned or copied into aligned
+    rows (``family_copies``), 2 where they are 8-byte aligned (``pairs``: the kernels take 8-byte
+    accesses), else 1.  What the cost model charges for (model.NARROW_SHARE)."""
+    along = ((layout[0] == "T", M), (layout[1] == "N", N))
+    copied = family_copies(layout, True, tuple(n % 4 == 0 for _, n in along), M, N, K, count)
+    widths = [4 if n % 4 == 0 or copy else 2 if pairs and n % 2 == 0 else 1
+              for (is_along, n), copy in zip(along, copied) if is_along]
+    return min(widths, default=4)
+
+
 def family_widths(layout: str, copies: bool, a: tuple, b: tuple, d: tuple | None) -> int | tuple[int, int, int]:
     """The family's access width per operand (A, B, D) in floats, 4, 2 or 1 (16-, 8- or 4-byte
     accesses), each operand given as in ``vector_width``.

@@ -181,7 +181,7 @@ def quick_candidates(sel, layout: str, M: int, N: int, K: int, count: int, top: 
     """The quick tuning's candidates: the ``top`` configs the cost model predicts fastest, and the
     config a table (the tuning cache or the shipped table) holds for the shape's bucket, if any;
     none where the GPU has no fitted model table."""
-    cands = sel.predicted(M, N, K, count, top)
+    cands = sel.predicted(M, N, K, count, top, layout)
     if not cands:
         return []
     cfg, source = sel.source(layout, M, N, K, count)

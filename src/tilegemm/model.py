@@ -5,10 +5,12 @@ hand-over), with a few constants per tile config fitted to measurements; pick th
 Candidates: tile configs of the family (``TILES``), each run one block per tile (data-parallel),
 split over K with a reduction, split over K summed in the kernel (sk = 2) or as stream-K (sk = 1).
 
-The model, in microseconds.  A tile config T has three constants: ``f`` (a block's fixed cost:
-prologue, epilogue), ``a`` (one k-iteration of a block alone on an SM, bound by latency) and ``b``
-(the SM's time per k-iteration per resident block when several share it, bound by throughput).  An
-SM holding q blocks of i iterations each takes ``f + i * max(a, q * b)``.
+The model, in microseconds.  A tile config T has four constants: ``f`` (a block's fixed cost:
+prologue, epilogue), ``a`` (one k-iteration of a block alone on an SM, bound by latency), ``b``
+(the SM's time per k-iteration per resident block when several share it, bound by throughput) and
+``u`` (the share a k-iteration takes longer when an operand copied along its rows is read 4 bytes
+at a time: rows not 16-byte aligned, not copied; access.row_width).  An SM holding q blocks of i
+iterations each takes ``f + i * w * max(a, q * b)``, w = 1 + u * NARROW_SHARE[width].
 - data-parallel over ``blocks = tiles * splits``: each SM gets ceil(blocks / SMs) blocks, run
   ``r`` at a time (r = blocks per SM from the occupancy), the last round with what is left;
 - split-K adds the reduction: ``red0 + red1 * (splits + 1) * M * N * count`` (reading the
@@ -26,6 +28,8 @@ call-by-call timing would fit the host's cost).  ``constants_for`` picks the set
 """
 
 from __future__ import annotations
+
+from . import access
 
 # tile configs of the family, all with the cp.async pipeline (3 stages, bk = 8)
 _PIPE = {"bk": 8, "swizzle": 8, "stages": 3}
@@ -51,6 +55,10 @@ SUMMED_TILES = ("128x128", "64x128", "128x64", "64x64", "64x64f", "32x32")  # al
 GLOBALS = ("red0", "red1", "hand", "summed", "launch")
 SMALL_ONLY = ("32x32",)  # offered only for products below SMALL_MACS multiply-adds
 SMALL_MACS = 1024**3  # the bench draw's smallest product (suites.DRAW), the small set's bound
+# The share of the narrow-access cost ``u`` paid at each width (access.row_width): 8-byte accesses
+# recovered 49% of the log-time gap between 4- and 16-byte ones on two probes of 20 and 16 shapes
+# (docs/perf-notes.md, "8-byte accesses"), so they pay half.
+NARROW_SHARE = {4: 0.0, 2: 0.5, 1: 1.0}
 
 
 def constants_for(table: dict, M: int, N: int, K: int, count: int) -> tuple[dict, dict]:
@@ -101,20 +109,23 @@ def current(name: str, cfg: dict) -> bool:
     return tile is not None and all(cfg.get(k) == v for k, v in tile.items())
 
 
-def _round(c: dict, tile: str, q: int, iters: int) -> float:
-    return c[f"{tile}.f"] + iters * max(c[f"{tile}.a"], q * c[f"{tile}.b"])
+def _round(c: dict, tile: str, q: int, iters: int, w: float) -> float:
+    return c[f"{tile}.f"] + iters * w * max(c[f"{tile}.a"], q * c[f"{tile}.b"])
 
 
-def _waves(c: dict, tile: str, blocks: int, per_sm: int, iters: int, sms: int) -> float:
+def _waves(c: dict, tile: str, blocks: int, per_sm: int, iters: int, sms: int, w: float) -> float:
     """Time of ``blocks`` blocks of ``iters`` k-iterations, ``per_sm`` resident per SM at a time."""
     on_sm = -(-blocks // sms)
     full, last = divmod(on_sm, per_sm)
-    return full * _round(c, tile, per_sm, iters) + (_round(c, tile, last, iters) if last else 0.0)
+    return full * _round(c, tile, per_sm, iters, w) + (_round(c, tile, last, iters, w) if last else 0.0)
 
 
-def predict(c: dict, name: str, cfg: dict, M: int, N: int, K: int, count: int, per_sm: int, sms: int) -> float:
-    """Predicted microseconds of candidate ``name`` (config ``cfg``, ``per_sm`` blocks per SM)."""
+def predict(c: dict, name: str, cfg: dict, M: int, N: int, K: int, count: int, per_sm: int, sms: int,
+            width: int = 4) -> float:
+    """Predicted microseconds of candidate ``name`` (config ``cfg``, ``per_sm`` blocks per SM), its
+    operands copied along their rows ``width`` floats at a time (access.row_width)."""
     tile = name.split()[0]
+    w = 1.0 + c.get(f"{tile}.u", 0.0) * NARROW_SHARE[width]
     bm, bn, bk = cfg["bm"], cfg["bn"], cfg["bk"]
     tiles = -(-M // bm) * -(-N // bn) * count
     ipt = -(-K // bk)
@@ -124,12 +135,12 @@ def predict(c: dict, name: str, cfg: dict, M: int, N: int, K: int, count: int, p
         whole = tiles // grid
         rest = (tiles - whole * grid) * ipt
         share = -(-grid // max(1, tiles - whole * grid))  # blocks that share a tile of the rest
-        t = whole * _round(c, tile, per_sm, ipt)
+        t = whole * _round(c, tile, per_sm, ipt, w)
         if rest:
-            t += _round(c, tile, per_sm, -(-rest // grid)) + c["hand"] * share
+            t += _round(c, tile, per_sm, -(-rest // grid), w) + c["hand"] * share
         return t + c["launch"]
     k_split = -(-(-(-K // splits)) // 4) * 4
-    t = _waves(c, tile, tiles * splits, per_sm, -(-k_split // bk), sms) + c["launch"]
+    t = _waves(c, tile, tiles * splits, per_sm, -(-k_split // bk), sms, w) + c["launch"]
     if sk == 2:
         launches = -(-tiles * splits // ((per_sm * sms // splits) * splits or 1))
         return t + c["summed"] * splits + (launches - 1) * c["launch"]
@@ -138,16 +149,21 @@ def predict(c: dict, name: str, cfg: dict, M: int, N: int, K: int, count: int, p
     return t
 
 
-def ranked(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int) -> list[tuple[str, dict, float]]:
+def ranked(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int,
+           layout: str = "NN", width: int | None = None) -> list[tuple[str, dict, float]]:
     """Every candidate with a build in ``per_sm`` (blocks per SM by build, ``build``) and its tile's
-    constants in ``c`` as (name, config, predicted microseconds), the fastest first."""
-    out = [(name, cfg, predict(c, name, cfg, M, N, K, count, per_sm[build(name)], sms))
+    constants in ``c`` as (name, config, predicted microseconds), the fastest first; the operands
+    taken as contiguous arrays of ``layout`` (their rows' alignment follows from the shape), unless
+    ``width`` gives the access width (access.row_width)."""
+    width = access.row_width(layout, M, N, K, count) if width is None else width
+    out = [(name, cfg, predict(c, name, cfg, M, N, K, count, per_sm[build(name)], sms, width))
            for name, cfg in candidates(M, N, K, count, sms)
            if build(name) in per_sm and f"{name.split()[0]}.f" in c]
     return sorted(out, key=lambda x: x[2])
 
 
-def choose(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int) -> tuple[str, dict, float] | None:
+def choose(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int,
+           layout: str = "NN") -> tuple[str, dict, float] | None:
     """(name, config, predicted microseconds) of the candidate the model predicts fastest."""
-    best = ranked(c, per_sm, M, N, K, count, sms)
+    best = ranked(c, per_sm, M, N, K, count, sms, layout)
     return best[0] if best else None

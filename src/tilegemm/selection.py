@@ -216,18 +216,19 @@ class Selector:
             if tuned_for != layout and spills(cfg, layout, self.props.arch):
                 continue
             return cfg, name
-        for cfg in self.predicted(M, N, K, count, 1):
+        for cfg in self.predicted(M, N, K, count, 1, layout):
             return cfg, "model"
         return heuristic(M, N, K, count, self.props.sms, getattr(self.props, "l2_bytes", 0) or (50 << 20)), "heuristic"
 
-    def predicted(self, M, N, K, count, n: int) -> list[dict]:
-        """The ``n`` configs the cost model predicts fastest for this shape, the fastest first
-        (none where this GPU has no fitted model table)."""
+    def predicted(self, M, N, K, count, n: int, layout: str = "NN") -> list[dict]:
+        """The ``n`` configs the cost model predicts fastest for this shape (contiguous operands of
+        ``layout``), the fastest first (none where this GPU has no fitted model table)."""
         self.tables()
         if not self._model or self._model["sms"] != self.props.sms:
             return []
         limits = Limits.from_props(self.props)
-        ranked = model.ranked(*model.constants_for(self._model, M, N, K, count), M, N, K, count, self.props.sms)
+        ranked = model.ranked(*model.constants_for(self._model, M, N, K, count), M, N, K, count, self.props.sms,
+                              layout)
         return [dict(cfg) for _, cfg, _ in ranked if not check_config(cfg, limits)][:n]
 
     def __call__(self, layout, M, N, K, count) -> tuple[dict, str]:

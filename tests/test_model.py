@@ -26,17 +26,27 @@ def _shapes(n=300, seed=5):
 
 
 def test_more_work_is_never_predicted_faster(fitted):
+    """At one access width (a larger shape may get an aligned copy of an operand, which the fit's
+    timings include), and narrower accesses are never predicted faster.  Stream-K is checked for
+    more K and a batch, not for more tiles: its kernel shares the k-iterations of the tiles left
+    after whole waves among all its blocks, so a few more tiles can shorten each tile's hand-over
+    chain (3 tiles left are shared by 44 blocks each, 16 by 9), and the model says so."""
     c, per_sm = fitted["constants"], fitted["blocks_per_sm"]
+    assert any(c[k] > 0.01 for k in c if k.endswith(".u"))
     for M, N, K in _shapes(120):
         for name, cfg in model.candidates(M, N, K):
             if model.build(name) not in per_sm:  # a tile this set of constants was not fitted for
                 continue
             r = per_sm[model.build(name)]
-            t = model.predict(c, name, cfg, M, N, K, 1, r, 132)
-            assert t > 0
-            for more in ((M, N, K + 64), (M + 128, N, K), (M, N + 128, K)):  # more K, more tiles (waves)
-                assert model.predict(c, name, cfg, *more, 1, r, 132) >= t - 1e-9, (name, (M, N, K), more)
-            assert model.predict(c, name, cfg, M, N, K, 2, r, 132) >= t - 1e-9  # a batch of two
+            last = 0.0
+            for w in (4, 2, 1):
+                t = model.predict(c, name, cfg, M, N, K, 1, r, 132, w)
+                assert t > 0 and t >= last - 1e-9
+                last = t
+                grow = ((M, N, K + 64),) if name.endswith("stream-K") else ((M, N, K + 64), (M + 128, N, K), (M, N + 128, K))
+                for more in grow:  # more K, more tiles (waves)
+                    assert model.predict(c, name, cfg, *more, 1, r, 132, w) >= t - 1e-9, (name, (M, N, K), more, w)
+                assert model.predict(c, name, cfg, M, N, K, 2, r, 132, w) >= t - 1e-9  # a batch of two
 
 
 def test_the_choice_is_always_a_valid_candidate(fitted):

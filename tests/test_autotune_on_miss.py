@@ -80,9 +80,10 @@ def test_autotune_on_miss_returns_the_fastest_and_writes_the_cache(fake_gpu, mon
     files = list(fake_gpu.glob("*.json"))
     assert len(files) == 1
     entries = json.loads(files[0].read_text())["entries"]
-    assert entries == {selection.entry_key("NN", selection.bucket(*KEY[1:])):
-                       {"config": cands[3], "tflops": pytest.approx(2 * 777 * 999 * 1111 / 1e9), "ms": 1.0,
-                        "shape": [777, 999, 1111, 1]}}
+    entry = {"config": cands[3], "tflops": pytest.approx(2 * 777 * 999 * 1111 / 1e9), "ms": 1.0,
+             "shape": [777, 999, 1111, 1]}
+    assert entries == {selection.entry_key("NN", selection.bucket(*KEY[1:])): entry,
+                       selection.shape_key("NN", *KEY[1:]): entry}
     assert selection.select(0, *KEY) == (cands[3], "tuned")
     # a second call is a hit: nothing is tuned again
     assert _in_a_thread(lambda: api.choose_config(0, KEY)) == cands[3] and len(timed) == len(cands)

@@ -97,6 +97,16 @@ def test_lookup_falls_back_to_nn():
     assert tuning.lookup(entries, "NN", 1024, 4096, 4096, 1) is None
 
 
+def test_an_exact_shape_comes_before_its_bucket():
+    """Two shapes of one bucket tuned one after the other: each keeps its own winner."""
+    entries = {"NN:12x12x12x0x0": {"config": {"bm": 64}}, tuning.shape_key("NN", 4000, 4100, 4096, 1): {"config": {"bm": 128}},
+               tuning.shape_key("TN", 4096, 4096, 4096, 1): {"config": {"bm": 32}}}
+    assert tuning.lookup(entries, "NN", 4000, 4100, 4096, 1) == {"bm": 128}
+    assert tuning.lookup(entries, "NT", 4000, 4100, 4096, 1) == {"bm": 128}  # NN's exact entry before the bucket
+    assert tuning.lookup(entries, "NN", 4096, 4096, 4096, 1) == {"bm": 64}  # another shape of the bucket
+    assert tuning.lookup(entries, "TN", 4096, 4096, 4096, 1) == {"bm": 32}
+
+
 def _writer(path, i):
     for j in range(20):
         tuning.merge_entries(path, {f"NN:{i}x{j}x0x0": {"config": {"bm": i}}})

@@ -11,7 +11,9 @@ path does no file I/O:
    candidate it predicts fastest;
 4. the heuristic below (any GPU).
 Within a table, a shape matches an entry of its layout and shape bucket: M, N, K and the batch
-count each rounded to the nearest power of two.  This module measures nothing and tunes nothing:
+count each rounded to the nearest power of two.  The tuning cache also keeps each tuned shape
+under its own key, which comes first: a tuned shape runs what was measured fastest for it, not
+for the last shape of its bucket that was tuned.  This module measures nothing and tunes nothing:
 the tuner (autotune.py) writes the cache through ``record``.
 """
 
@@ -102,6 +104,11 @@ def entry_key(layout: str, b: tuple) -> str:
     return f"{layout}:{'x'.join(map(str, b))}"
 
 
+def shape_key(layout: str, M: int, N: int, K: int, count: int) -> str:
+    """The tuning cache's key of one exact shape (beside its bucket's ``entry_key``)."""
+    return f"{layout}:={M}x{N}x{K}x{count}"
+
+
 def read_table(path: Path) -> dict:
     """Entries of a table or cache file; a corrupt file is reported and treated as empty."""
     try:
@@ -166,12 +173,14 @@ def lookup(entries: dict, layout: str, M: int, N: int, K: int, count: int) -> di
 
 
 def lookup_with_layout(entries: dict, layout: str, M: int, N: int, K: int, count: int):
-    """(config, the layout it was tuned for) or None."""
+    """(config, the layout it was tuned for) or None: the exact shape's entry first, then the
+    bucket's."""
     b = bucket(M, N, K, count)
-    for lay in (layout, "NN"):
-        e = entries.get(entry_key(lay, b))
-        if e:
-            return dict(e["config"]), lay
+    for key in (shape_key, lambda lay, *_: entry_key(lay, b)):
+        for lay in (layout, "NN"):
+            e = entries.get(key(lay, M, N, K, count))
+            if e:
+                return dict(e["config"]), lay
     return None
 
 
@@ -241,9 +250,10 @@ class Selector:
         return found
 
     def record(self, layout, M, N, K, count, entry: dict) -> None:
-        """Add a measured entry ({"config", "tflops", "ms"}) for this shape's bucket to the user's
-        tuning cache, and forget what was selected before."""
-        merge_entries(self.cache_path, {entry_key(layout, bucket(M, N, K, count)): {**entry, "shape": [M, N, K, count]}},
+        """Add a measured entry ({"config", "tflops", "ms"}) for this shape and for its bucket to the
+        user's tuning cache, and forget what was selected before."""
+        e = {**entry, "shape": [M, N, K, count]}
+        merge_entries(self.cache_path, {shape_key(layout, M, N, K, count): e, entry_key(layout, bucket(M, N, K, count)): e},
                       {"gpu": self.props.name})
         self.forget()
 

@@ -98,13 +98,20 @@ def test_lookup_falls_back_to_nn():
 
 
 def test_an_exact_shape_comes_before_its_bucket():
-    """Two shapes of one bucket tuned one after the other: each keeps its own winner."""
-    entries = {"NN:12x12x12x0x0": {"config": {"bm": 64}}, tuning.shape_key("NN", 4000, 4100, 4096, 1): {"config": {"bm": 128}},
-               tuning.shape_key("TN", 4096, 4096, 4096, 1): {"config": {"bm": 32}}}
-    assert tuning.lookup(entries, "NN", 4000, 4100, 4096, 1) == {"bm": 128}
-    assert tuning.lookup(entries, "NT", 4000, 4100, 4096, 1) == {"bm": 128}  # NN's exact entry before the bucket
-    assert tuning.lookup(entries, "NN", 4096, 4096, 4096, 1) == {"bm": 64}  # another shape of the bucket
+    """Two shapes of one bucket tuned one after the other: each keeps its own winner; a layout's
+    own entries come before NN's."""
+    b = tuning.bucket(4096, 4096, 4096, 1)
+    assert tuning.bucket(3968, 4096, 4096, 1) == b  # one bucket
+    entries = {tuning.entry_key("NN", b): {"config": {"bm": 64}},
+               tuning.shape_key("NN", 3968, 4096, 4096, 1): {"config": {"bm": 128}},
+               tuning.shape_key("TN", 4096, 4096, 4096, 1): {"config": {"bm": 32}},
+               tuning.entry_key("NT", b): {"config": {"bm": 16}}}
+    assert tuning.lookup(entries, "NN", 3968, 4096, 4096, 1) == {"bm": 128}
+    assert tuning.lookup(entries, "NN", 4096, 4096, 4096, 1) == {"bm": 64}  # the bucket's entry
     assert tuning.lookup(entries, "TN", 4096, 4096, 4096, 1) == {"bm": 32}
+    assert tuning.lookup(entries, "TT", 3968, 4096, 4096, 1) == {"bm": 128}  # NN's exact entry
+    assert tuning.lookup(entries, "NT", 3968, 4096, 4096, 1) == {"bm": 16}  # NT's bucket before NN's exact entry
+    assert [lay for _, lay in tuning.lookups(entries, "NT", 3968, 4096, 4096, 1)] == ["NT", "NN", "NN"]
 
 
 def _writer(path, i):
@@ -182,6 +189,12 @@ def test_a_borrowed_config_that_spills_is_not_used(monkeypatch, tmp_path):
     assert sel.source("NN", 16, 4096, 4096, 1) == (spilling, "shipped")
     cfg, src = sel.source("TT", 16, 4096, 4096, 1)
     assert src == "heuristic"
+    # in the user's cache, the next entry that can serve the shape is taken: here NN's bucket entry
+    other = {**tuning.BIG, "splits": 1}
+    monkeypatch.setattr(tuning, "spills", lambda cfg, layout, arch: layout == "TT" and cfg == spilling)
+    sel._user = {tuning.shape_key("NN", 16, 4096, 4096, 1): {"config": spilling}, "NN:4x12x12x0x1": {"config": other}}
+    assert sel.source("TT", 16, 4096, 4096, 1) == (other, "tuned")
+    assert sel.source("NN", 16, 4096, 4096, 1) == (spilling, "tuned")
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])

@@ -204,6 +204,15 @@ def test_vector_width_follows_alignment():
     assert access.vector_width((0x1000, 6, 3), pairs=True) == 1  # an odd batch stride
 
 
+def test_row_width_follows_the_layout():
+    """The width the cost model charges: A's rows (of M) count in TN / TT, B's (of N) in NN / TN."""
+    assert access.row_width("NN", 1000, 1001, 64) == 1 and access.row_width("NN", 1000, 1002, 64) == 2
+    assert access.row_width("NT", 1001, 1001, 64) == 4  # both copied across their rows
+    assert access.row_width("TN", 1001, 1000, 64) == 1 and access.row_width("TT", 1002, 1001, 64) == 2
+    assert access.row_width("NN", 1000, 1002, 64, pairs=False) == 1
+    assert access.row_width("NN", 4096, 1001, 4096) == 4  # B is copied into aligned rows (M >= 2048)
+
+
 def test_family_widths_per_operand():
     ok, bad = (0x1000, 8), (0x1004, 8)
     assert access.family_widths("NN", True, bad, ok, ok) == 4  # A copied across its rows: any alignment

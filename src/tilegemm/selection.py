@@ -13,7 +13,9 @@ path does no file I/O:
 Within a table, a shape matches an entry of its layout and shape bucket: M, N, K and the batch
 count each rounded to the nearest power of two.  The tuning cache also keeps each tuned shape
 under its own key, which comes first: a tuned shape runs what was measured fastest for it, not
-for the last shape of its bucket that was tuned.  This module measures nothing and tunes nothing:
+for the last shape of its bucket that was tuned.  A shape whose bucket holds an entry counts as
+tuned (``TILEGEMM_AUTOTUNE=1`` does not tune it again), and shipped tables (``tilegemm tune --ship``)
+hold bucket entries only.  This module measures nothing and tunes nothing:
 the tuner (autotune.py) writes the cache through ``record``.
 """
 
@@ -166,22 +168,25 @@ def merge_entries(path: Path, entries: dict, meta: dict | None = None) -> None:
 
 
 def lookup(entries: dict, layout: str, M: int, N: int, K: int, count: int) -> dict | None:
-    """The entry for this layout and bucket, else the NN entry of the bucket (a config runs every
-    layout; NN is the one always tuned)."""
+    """The first entry of ``lookups`` (a config runs every layout; NN is the one always tuned)."""
     found = lookup_with_layout(entries, layout, M, N, K, count)
     return found[0] if found else None
 
 
-def lookup_with_layout(entries: dict, layout: str, M: int, N: int, K: int, count: int):
-    """(config, the layout it was tuned for) or None: the exact shape's entry first, then the
-    bucket's."""
+def lookups(entries: dict, layout: str, M: int, N: int, K: int, count: int):
+    """(config, the layout it was tuned for) of every entry that can serve this shape, in order:
+    this layout's entry for the exact shape, then for its bucket, then NN's exact and bucket ones."""
     b = bucket(M, N, K, count)
-    for key in (shape_key, lambda lay, *_: entry_key(lay, b)):
-        for lay in (layout, "NN"):
-            e = entries.get(key(lay, M, N, K, count))
+    for lay in dict.fromkeys((layout, "NN")):
+        for key in (shape_key(lay, M, N, K, count), entry_key(lay, b)):
+            e = entries.get(key)
             if e:
-                return dict(e["config"]), lay
-    return None
+                yield dict(e["config"]), lay
+
+
+def lookup_with_layout(entries: dict, layout: str, M: int, N: int, K: int, count: int):
+    """The first of ``lookups``, or None."""
+    return next(lookups(entries, layout, M, N, K, count), None)
 
 
 def spills(cfg: dict, layout: str, arch: str) -> bool:
@@ -218,13 +223,10 @@ class Selector:
         user, shipped = self.tables()
         limits = Limits.from_props(self.props)
         for name, entries in (("tuned", user), ("shipped", shipped)):
-            found = lookup_with_layout(entries, layout, M, N, K, count)
-            if found is None or check_config(found[0], limits):
-                continue
-            cfg, tuned_for = found
-            if tuned_for != layout and spills(cfg, layout, self.props.arch):
-                continue
-            return cfg, name
+            for cfg, tuned_for in lookups(entries, layout, M, N, K, count):
+                if check_config(cfg, limits) or (tuned_for != layout and spills(cfg, layout, self.props.arch)):
+                    continue  # the next entry that can serve the shape
+                return cfg, name
         for cfg in self.predicted(M, N, K, count, 1, layout):
             return cfg, "model"
         return heuristic(M, N, K, count, self.props.sms, getattr(self.props, "l2_bytes", 0) or (50 << 20)), "heuristic"

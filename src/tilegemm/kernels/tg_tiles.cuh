@@ -5,7 +5,8 @@
 // way in depends on the operand's layout in global memory (GEMM part 2 §2.2, docs/sources.md: A is
 // transposed on its way into shared memory); the loads themselves are always along the contiguous
 // direction in global memory, 16 bytes wide (TG_VEC_A / TG_VEC_B = 4) when the operand is 16-byte
-// aligned with ld % 4 == 0, else 4 bytes wide (= 1; same values, more instructions).
+// aligned with ld % 4 == 0, 8 bytes (= 2) when 8-byte aligned with ld even, else 4 bytes wide (= 1;
+// same values, more instructions).
 #pragma once
 #include "tg_common.cuh"
 

@@ -82,6 +82,16 @@ def test_the_calibration_data_loads_and_refits_to_the_shipped_constants(fitted):
         calibration.model_table(files, files[:1])  # event-timed calibrations are not the small set
 
 
+def test_the_h200_table_refits_from_its_calibration_data():
+    table = json.loads((TABLE.parent / "model-NVIDIA-H200.json").read_text())
+    folder = ROOT / "benchmarks" / "results" / "experiments"
+    doc, _ = calibration.model_table([folder / f for f in table["fitted_on"]])
+    assert doc["gpu"] == table["gpu"] and doc["rows"] == table["rows"] and "small" not in table
+    assert doc["blocks_per_sm"] == table["blocks_per_sm"] and "64x64f" in doc["blocks_per_sm"]
+    for k, v in table["constants"].items():
+        assert doc["constants"][k] == pytest.approx(v, rel=1e-2, abs=1e-3), k
+
+
 def test_small_products_take_the_small_set_below_its_bound(fitted):
     bound = fitted["small"]["below_macs"]
     assert model.constants_for(fitted, 64, 64, 64, 1) == (fitted["small"]["constants"], fitted["small"]["blocks_per_sm"])

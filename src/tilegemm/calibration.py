@@ -150,11 +150,10 @@ def held_out(table: dict, paths) -> dict:
     rows, _, sms, _ = load_calibration(paths)
     shapes: dict = {}
     for r in rows:
-        shapes.setdefault((r["M"], r["N"], r["K"], r["batch"]), {})[r["candidate"]] = r
+        shapes.setdefault((r["layout"], r["M"], r["N"], r["K"], r["batch"], r["width"]), {})[r["candidate"]] = r
     picks, bests = [], []
-    for (M, N, K, count), rs in shapes.items():
-        ranked = model.ranked(table["constants"], table["blocks_per_sm"], M, N, K, count, sms,
-                              width=next(iter(rs.values()))["width"])
+    for (layout, M, N, K, count, width), rs in shapes.items():
+        ranked = model.ranked(table["constants"], table["blocks_per_sm"], M, N, K, count, sms, layout, width)
         pick = next((name for name, _, _ in ranked if name in rs), None)
         if pick is None:
             continue

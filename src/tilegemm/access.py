@@ -30,10 +30,16 @@ def stored_views(layout: str, M: int, N: int, K: int) -> tuple:
     return ((M, K) if layout[0] == "N" else (K, M)), ((K, N) if layout[1] == "N" else (N, K))
 
 
+def aligned_cols(cols: int) -> int:
+    """The row length of a copy in 16-byte aligned rows (and of the split-K workspace's rows): cols
+    rounded up to a multiple of 4 floats."""
+    return -(-cols // 4) * 4
+
+
 def copy_floats(view: tuple) -> int:
-    """Floats of an operand's copy in aligned rows: its rows of cols rounded up to 4."""
+    """Floats of an operand's copy in aligned rows: its rows of ``aligned_cols``."""
     rows, cols = view
-    return rows * -(-cols // 4) * 4
+    return rows * aligned_cols(cols)
 
 
 # Copying an operand whose rows are not 16-byte aligned into aligned rows lets the family copy its
@@ -75,10 +81,9 @@ def row_width(layout: str, M: int, N: int, K: int, count: int = 1, pairs: bool =
     rows (``family_copies``), 2 where they are 8-byte aligned (``pairs``: the kernels take 8-byte
     accesses), else 1.  What the cost model charges for (model.NARROW_SHARE)."""
     along = ((layout[0] == "T", M), (layout[1] == "N", N))
-    copied = family_copies(layout, True, tuple(n % 4 == 0 for _, n in along), M, N, K, count)
-    widths = [4 if n % 4 == 0 or copy else 2 if pairs and n % 2 == 0 else 1
-              for (is_along, n), copy in zip(along, copied) if is_along]
-    return min(widths, default=4)
+    widths = [vector_width((0, n), pairs=pairs) for _, n in along]  # contiguous: 256-byte aligned, rows of n
+    copied = family_copies(layout, True, tuple(w == 4 for w in widths), M, N, K, count)
+    return min((4 if copy else w for (is_along, _), w, copy in zip(along, widths, copied) if is_along), default=4)
 
 
 def family_widths(layout: str, copies: bool, a: tuple, b: tuple, d: tuple | None) -> int | tuple[int, int, int]:

@@ -19,7 +19,7 @@ from . import gpu, hopper, registry
 from .arrays import UNKNOWN, Operand, describe
 from .launch import (GEMM, RUNG, WGMMA, A, B, C, D, W, Program, Step, launcher, wgmma_launcher,
                      wgmma_tf32_launcher)
-from .access import copy_floats, family_copies, family_widths, stored_views, vector_width
+from .access import aligned_cols, copy_floats, family_copies, family_widths, stored_views, vector_width
 from .plan import GRID_Z, Plan, plan
 from .steps import pack_step, reduce_step, tf32_step, tma_step, transpose_step
 
@@ -219,7 +219,7 @@ def _wgmma_family(p, g, device, at, offs, beta) -> tuple[list[Step], int, dict]:
     pack, bm, splits, k_split = c["pack"], c["bm"], c["splits"], c["k_split"]
     fn = wgmma_launcher(g.layout, device, registry.PRECISIONS[p.precision], pack is not None, bm)
     grid = fn.spec.grid(g.M, g.N, fn.params)
-    ldw = -(-g.N // 4) * 4
+    ldw = aligned_cols(g.N)
     work = splits * g.M * ldw if splits > 1 else 0
     steps, src = [], [(A, offs[A], g.lda), (B, offs[B], g.ldb)]
     for i, (which, ld) in enumerate(((A, g.lda), (B, g.ldb))):
@@ -239,7 +239,7 @@ def _workspace_copy(work: int, view: tuple) -> tuple[int, int, tuple]:
     (its byte offset, 256-byte aligned; the workspace's floats with it; where a kernel reads it:
     (W, byte offset, row length: cols rounded up to 4))."""
     dst = -(-work // 64) * 64
-    return 4 * dst, dst + copy_floats(view), (W, 4 * dst, -(-view[1] // 4) * 4)
+    return 4 * dst, dst + copy_floats(view), (W, 4 * dst, aligned_cols(view[1]))
 
 
 def _tf32(p, g, device, at, offs, beta, ops, sms) -> tuple[list[Step], int, dict]:
@@ -249,7 +249,7 @@ def _tf32(p, g, device, at, offs, beta, ops, sms) -> tuple[list[Step], int, dict
     (floats) and the config run."""
     swap, bn, splits, k_split = ops["swap"], ops["bn"], ops["splits"], ops["k_split"]
     fn = wgmma_tf32_launcher(device, bn, ops["p_mn"], swap)
-    ldw = -(-g.N // 4) * 4
+    ldw = aligned_cols(g.N)
     work = splits * g.M * ldw if splits > 1 else 0
     steps, src = [], []
     operands = ((B, g.ldb, g.N), (A, g.lda, g.M)) if swap else ((A, g.lda, g.M), (B, g.ldb, g.N))
@@ -285,7 +285,7 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
     views = stored_views(g.layout, g.M, g.N, g.K)
     for i in (0, 1):
         if copied[i]:
-            ops[i] = (0, -(-views[i][1] // 4) * 4, 0)  # the copy: aligned rows
+            ops[i] = (0, aligned_cols(views[i][1]), 0)  # the copy: aligned rows
     vec = family_widths(g.layout, cp_async, ops[0], ops[1], None if sk == 0 and splits > 1 else (at[D], g.ldd, sd))
     lda, ldb = ops[0][1], ops[1][1]
     fn = launcher(FAMILY, g.layout, vec, device, tuple(sorted(cfg.items())), (lda, ldb))
@@ -299,7 +299,7 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
                 D=0, ldd=g.ldd, sD=sd, alpha=p.alpha, beta=beta, k_split=k_split, splits=splits, W=0, flags=0,
                 epoch=0, count=g.count, first=0)
     ptr = {n: GEMM.slot(n) for n in "ABCDW"}
-    ldw = -(-g.N // 4) * 4
+    ldw = aligned_cols(g.N)
     if sk:
         resident = fn.resident_blocks()
         if resident < 1:

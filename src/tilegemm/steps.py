@@ -8,7 +8,7 @@ from __future__ import annotations
 from . import hopper
 from .errors import UnsupportedOperands
 from .launch import PACK, PACK_T, REDUCE, WGMMA, WGMMA_TF32, A, B, C, D, W, Step, packer, reducer, transposer
-from .access import vector_width
+from .access import aligned_cols, vector_width
 
 
 def reduce_step(p, g, device, at, offs, splits, ldw, beta, alpha=None) -> Step:
@@ -67,7 +67,7 @@ def pack_step(device, view, ld, which, off, dst) -> Step:
     gpr = min(256, 1 << max(0, (groups - 1).bit_length()))  # column groups a block takes from each row
     per_block = 256 // gpr
     grid = (-(-groups // gpr), max(1, min(-(-rows // per_block), 65535)), 1)
-    args = PACK.values(rows=rows, cols=cols, src=0, lds=ld, dst=0, ldd=-(-cols // 4) * 4, gpr=gpr)
+    args = PACK.values(rows=rows, cols=cols, src=0, lds=ld, dst=0, ldd=aligned_cols(cols), gpr=gpr)
     return Step(fn.prepare(grid, False), tuple(args), ((PACK.slot("src"), which, off), (PACK.slot("dst"), W, dst)))
 
 
@@ -77,7 +77,7 @@ def transpose_step(device, view, ld, which, off, dst) -> Step:
     (pack.cu's pack_t)."""
     rows, cols = view
     fn = transposer(device)
-    ldd = -(-rows // 4) * 4
+    ldd = aligned_cols(rows)
     grid = (-(-cols // 32), max(1, min(-(-ldd // 32), 65535)), 1)
     args = PACK_T.values(rows=rows, cols=cols, src=0, lds=ld, dst=0, ldd=ldd)
     return Step(fn.prepare(grid, False), tuple(args), ((PACK_T.slot("src"), which, off), (PACK_T.slot("dst"), W, dst)))

@@ -27,12 +27,12 @@ def _shapes(n=300, seed=5):
 
 def test_more_work_is_never_predicted_faster(fitted):
     """At one access width (a larger shape may get an aligned copy of an operand, which the fit's
-    timings include), and narrower accesses are never predicted faster.  Stream-K is checked for
+    timings include), and narrower accesses (reads or the result's stores) are never predicted faster.  Stream-K is checked for
     more K and a batch, not for more tiles: its kernel shares the k-iterations of the tiles left
     after whole waves among all its blocks, so a few more tiles can shorten each tile's hand-over
     chain (3 tiles left are shared by 44 blocks each, 16 by 9), and the model says so."""
     c, per_sm = fitted["constants"], fitted["blocks_per_sm"]
-    assert any(c[k] > 0.01 for k in c if k.endswith(".u"))
+    assert any(c[k] > 0.01 for k in c if k.endswith(".u")) and any(c[k] > 1.0 for k in c if k.endswith(".v"))
     for M, N, K in _shapes(120):
         for name, cfg in model.candidates(M, N, K):
             if model.build(name) not in per_sm:  # a tile this set of constants was not fitted for
@@ -47,6 +47,11 @@ def test_more_work_is_never_predicted_faster(fitted):
                 for more in grow:  # more K, more tiles (waves)
                     assert model.predict(c, name, cfg, *more, 1, r, 132, w) >= t - 1e-9, (name, (M, N, K), more, w)
                 assert model.predict(c, name, cfg, M, N, K, 2, r, 132, w) >= t - 1e-9  # a batch of two
+            last = 0.0
+            for ow in (4, 2, 1):  # narrower stores of the result never faster
+                t = model.predict(c, name, cfg, M, N, K, 1, r, 132, 4, ow)
+                assert t >= last - 1e-9
+                last = t
 
 
 def test_the_choice_is_always_a_valid_candidate(fitted):

@@ -213,6 +213,13 @@ def test_row_width_follows_the_layout():
     assert access.row_width("NN", 4096, 1001, 4096) == 4  # B is copied into aligned rows (M >= 2048)
 
 
+def test_out_width_follows_the_result_s_rows():
+    """The width the cost model charges for the result's stores: its rows of N floats."""
+    assert [access.out_width(n) for n in (1000, 1002, 1001)] == [4, 2, 1]
+    assert access.out_width(1002, pairs=False) == 1
+    assert access.out_width(4096) == 4 and access.row_width("NN", 4096, 1001, 4096) == 4 != access.out_width(1001)
+
+
 def test_family_widths_per_operand():
     ok, bad = (0x1000, 8), (0x1004, 8)
     assert access.family_widths("NN", True, bad, ok, ok) == 4  # A copied across its rows: any alignment

@@ -86,6 +86,13 @@ def row_width(layout: str, M: int, N: int, K: int, count: int = 1, pairs: bool =
     return min((4 if copy else w for (is_along, _), w, copy in zip(along, widths, copied) if is_along), default=4)
 
 
+def out_width(N: int, pairs: bool = True) -> int:
+    """The access width (floats) with which the family stores a contiguous row-major result of N
+    columns (rows of N floats, 256-byte aligned): 4, 2 (``pairs``: the kernels take 8-byte
+    accesses) or 1.  What the cost model charges for (model, ``v``)."""
+    return vector_width((0, N), pairs=pairs)
+
+
 def family_widths(layout: str, copies: bool, a: tuple, b: tuple, d: tuple | None) -> int | tuple[int, int, int]:
     """The family's access width per operand (A, B, D) in floats, 4, 2 or 1 (16-, 8- or 4-byte
     accesses), each operand given as in ``vector_width``.

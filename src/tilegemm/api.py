@@ -26,10 +26,9 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, out=None, kernel: str | None = No
     as programmatic dependents of the kernel before them (the default; results are the same either
     way).  See ``matmul`` for the rest, ``precision`` included.
     """
-    if c is None and type(alpha) in (int, float) and alpha == 1 and type(beta) in (int, float) and beta == 0:
-        res = fastpath.call(a, b, out, _FAMILY if kernel is None else kernel, config, pdl, precision)
-        if res is not fastpath.MISS:
-            return res
+    res = fastpath.call(a, b, out, _FAMILY if kernel is None else kernel, config, pdl, precision, c, alpha, beta)
+    if res is not fastpath.MISS:
+        return res
     a, b = _from_dlpack(a, "a"), _from_dlpack(b, "b")
     c = _from_dlpack(c, "c") if c is not None else None
     out = _from_dlpack(out, "out") if out is not None else None
@@ -37,7 +36,7 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, out=None, kernel: str | None = No
              config, describe(c, "c") if c is not None else None, alpha, beta, pdl, precision)
     generation = selection.generation()
     result, program = dispatch.run(p, choose_config)
-    fastpath.remember(p, program, generation)
+    fastpath.remember(p, program, generation, c)
     return result
 
 

@@ -21,8 +21,8 @@ from .parsing import ArgParser, parse_args, run_command
 
 
 def _names(tiles) -> list[str]:
-    """The constants' names: four per tile config of ``tiles``, then the global ones."""
-    return [f"{t}.{k}" for t in model.TILES if t in tiles for k in ("f", "a", "b", "u")] + list(model.GLOBALS)
+    """The constants' names: five per tile config of ``tiles``, then the global ones."""
+    return [f"{t}.{k}" for t in model.TILES if t in tiles for k in ("f", "a", "b", "u", "v")] + list(model.GLOBALS)
 
 
 def _start() -> dict:
@@ -33,6 +33,7 @@ def _start() -> dict:
         c[f"{t}.a"] = 1.5 * c[f"{t}.b"]
         c[f"{t}.f"] = 8.0
         c[f"{t}.u"] = 0.1
+        c[f"{t}.v"] = 100.0  # us per million narrow result elements on one SM
     c.update(red0=3.0, red1=0.004, hand=5.0, summed=2.0, launch=3.0)
     return c
 
@@ -52,7 +53,8 @@ def fit(rows: list[dict], per_sm: dict, sms: int, iterations: int = 60) -> tuple
         with np.errstate(over="ignore"):  # a trial step may overflow; its error is then rejected
             c = dict(zip(names, np.exp(v)))
         return np.log([model.predict(c, r["candidate"], r["config"], r["M"], r["N"], r["K"], r["batch"],
-                               per_sm[model.build(r["candidate"])], sms, r["width"]) for r in rows]) - y
+                               per_sm[model.build(r["candidate"])], sms, r["width"], r["out_width"])
+                       for r in rows]) - y
 
     lam, res = 1e-2, residuals(x)
     for _ in range(iterations):
@@ -80,8 +82,9 @@ def load_calibration(paths) -> tuple[list[dict], dict, int, str]:
     """(rows, blocks per SM by build (model.build), SMs, GPU name) of calibration files of one GPU;
     rows of tile configs the model no longer runs (``model.current``) or no longer offers for the
     row's shape (``model.candidates``) are left out, and the blocks per SM of builds no row is left of.
-    Each row gets the access width its operands were read with (access.row_width; "width"): files
-    measured before the kernels took 8-byte accesses lack ``"pairs": true``."""
+    Each row gets the access widths its operands were read and its result stored with
+    (access.row_width, out_width; "width", "out_width"): files measured before the kernels took
+    8-byte accesses lack ``"pairs": true``."""
     rows, per_sm, sms, gpu = [], {}, None, None
     for p in paths:
         d = _read(p, gpu)
@@ -91,7 +94,9 @@ def load_calibration(paths) -> tuple[list[dict], dict, int, str]:
             if key not in offered:
                 offered[key] = {n for n, _ in model.candidates(*key, d["sms"])}
             if model.current(r["candidate"], r["config"]) and r["candidate"] in offered[key]:
-                rows.append({**r, "width": access.row_width(r["layout"], *key, pairs=bool(d.get("pairs")))})
+                pairs = bool(d.get("pairs"))
+                rows.append({**r, "width": access.row_width(r["layout"], *key, pairs=pairs),
+                             "out_width": access.out_width(r["N"], pairs=pairs)})
         per_sm.update({model.build(name): n for name, n in d["blocks_per_sm"].items()
                        if model.current(name, d["configs"][name])})
         sms, gpu = d["sms"], d["gpu"]
@@ -150,10 +155,12 @@ def held_out(table: dict, paths) -> dict:
     rows, _, sms, _ = load_calibration(paths)
     shapes: dict = {}
     for r in rows:
-        shapes.setdefault((r["layout"], r["M"], r["N"], r["K"], r["batch"], r["width"]), {})[r["candidate"]] = r
+        shapes.setdefault((r["layout"], r["M"], r["N"], r["K"], r["batch"], r["width"], r["out_width"]),
+                          {})[r["candidate"]] = r
     picks, bests = [], []
-    for (layout, M, N, K, count, width), rs in shapes.items():
-        ranked = model.ranked(table["constants"], table["blocks_per_sm"], M, N, K, count, sms, layout, width)
+    for (layout, M, N, K, count, width, out_width), rs in shapes.items():
+        ranked = model.ranked(table["constants"], table["blocks_per_sm"], M, N, K, count, sms, layout, width,
+                              out_width)
         pick = next((name for name, _, _ in ranked if name in rs), None)
         if pick is None:
             continue

@@ -1,10 +1,11 @@
 """The repeat-call memo: after a first call has been planned, checked and run, a call with the same
-array types, shapes, strides, dtypes, device, 16-byte alignment, kernel, config, PDL choice and precision
-(only the pointers differ) runs the stored program of launches: no validation beyond the overlap
-test (which depends on the pointers), no selection, no compiling, no file I/O.
+array types, shapes, strides, dtypes, device, 16-byte alignment, alpha and beta, kernel, config,
+PDL choice and precision (only the pointers differ) runs the stored program of launches: no
+validation beyond the overlap tests (which depend on the pointers), no selection, no compiling, no
+file I/O.
 
-Plain products (``matmul``, or ``gemm`` with no c, alpha 1) of CuPy arrays or torch tensors only;
-everything else takes the full path.  The memo holds at most ``LIMIT`` entries (the oldest goes
+Calls of ``matmul`` and ``gemm`` (c, alpha and beta included; alpha and beta as Python numbers) on
+CuPy arrays or torch tensors only; everything else takes the full path.  The memo holds at most ``LIMIT`` entries (the oldest goes
 first); ``clear()`` empties it.
 """
 
@@ -35,6 +36,8 @@ class Entry:
     shape: tuple  # the result's shape
     alloc: tuple  # the shape it is allocated in: batch + (M, N)
     spans: tuple  # (lo, hi) byte extents of a, b and out relative to their pointers
+    c_span: tuple | None  # c's, where the call reads c (beta != 0)
+    colmajor: bool  # a new result's matrices are column-major (they follow c's layout)
 
 
 def _meta(x):
@@ -72,22 +75,25 @@ def _device() -> int:
 _get_device = None
 
 
-def _key(ma, mb, mo, kernel, config, pdl, precision) -> tuple:
-    return (ma[0], ma[1] % 16, mb[0], mb[1] % 16, mo[0], mo[1] % 16, kernel, config, pdl, precision)
+def _key(ma, mb, mo, mc, alpha, beta, kernel, config, pdl, precision) -> tuple:
+    return (ma[0], ma[1] % 16, mb[0], mb[1] % 16, mo[0], mo[1] % 16, mc[0], mc[1] % 16, alpha, beta, kernel,
+            config, pdl, precision)
 
 
-def call(a, b, out, kernel, config, pdl, precision="fp32"):
+def call(a, b, out, kernel, config, pdl, precision="fp32", c=None, alpha=1.0, beta=0.0):
     """The result of a remembered call, or MISS."""
     ma, mb = _meta(a), _meta(b)
     mo = _meta(out) if out is not None else _NO_OUT
-    if ma is None or mb is None or mo is None or type(pdl) is not bool or type(precision) is not str:
+    mc = _meta(c) if c is not None else _NO_OUT
+    if (ma is None or mb is None or mo is None or mc is None or type(pdl) is not bool
+            or type(precision) is not str or type(alpha) not in (int, float) or type(beta) not in (int, float)):
         return MISS
     if config is not None:  # only what the full path accepts as it is: a dict of ints (it reports the rest)
         if type(config) is not dict or any(type(v) is not int for v in config.values()):
             return MISS
         config = tuple(sorted(config.items()))
     try:
-        e = _memo.get(_key(ma, mb, mo, kernel, config or (), pdl, precision))
+        e = _memo.get(_key(ma, mb, mo, mc, float(alpha), float(beta), kernel, config or (), pdl, precision))
     except TypeError:  # unhashable: the full path reports it
         return MISS
     if e is None or _device() != e.device:
@@ -101,12 +107,16 @@ def call(a, b, out, kernel, config, pdl, precision="fp32"):
         for ptr, lo, hi in ((ma[1], alo, ahi), (mb[1], blo, bhi)):
             if po + olo < ptr + hi and ptr + lo < po + ohi:
                 return MISS
+        if e.c_span is not None:  # c may be out itself (an in-place update), else apart from it
+            clo, chi = e.c_span
+            if po + olo < mc[1] + chi and mc[1] + clo < po + ohi and (mc[1], mc[0]) != (po, mo[0]):
+                return MISS
         result = out
     else:
-        result = empty(e.kind, e.alloc, e.device, stream)
+        result = empty(e.kind, e.alloc, e.device, stream, e.colmajor)
         po = pointer(result)
     if e.program is not None:
-        e.program.run(ma[1], mb[1], 0, po, stream)
+        e.program.run(ma[1], mb[1], mc[1] if e.c_span is not None else 0, po, stream)
     if out is None and e.alloc != e.shape:
         result = result.reshape(e.shape)
     return result
@@ -117,23 +127,25 @@ def _span(op) -> tuple:
     return lo - op.ptr, hi - op.ptr
 
 
-def remember(p: Plan, program: Program | None, generation: int | None = None) -> None:
+def remember(p: Plan, program: Program | None, generation: int | None = None, c=None) -> None:
     """Keep ``p``'s program for repeat calls, where the call is one the memo serves; ``generation``:
-    the selection's generation its config was chosen in (None where the call named its config)."""
-    if p.c is not None or p.alpha != 1.0 or p.host:
+    the selection's generation its config was chosen in (None where the call named its config);
+    ``c``: the call's c (read or not: the key holds what the call passed)."""
+    if p.host:
         return
     ma, mb = _meta(p.a.op.obj), _meta(p.b.op.obj)
     mo = _meta(p.out.op.obj) if p.out is not None else _NO_OUT
-    if ma is None or mb is None or mo is None:
+    mc = _meta(c) if c is not None else _NO_OUT
+    if ma is None or mb is None or mo is None or mc is None:
         return
     spans = (_span(p.a.op), _span(p.b.op), _span(p.out.op) if p.out is not None else None)
     chosen = program is not None and program.config is not None and not p.config
     entry = Entry(program, p.device, ma[0][0], stream_kind(p), generation if chosen else None, p.shape,
-                  p.batch + (p.M, p.N), spans)
+                  p.batch + (p.M, p.N), spans, _span(p.c.op) if p.c is not None else None, p.out_colmajor)
     with _lock:
         if len(_memo) >= LIMIT:
             del _memo[next(iter(_memo))]
-        _memo[_key(ma, mb, mo, p.kernel, p.config, p.pdl, p.precision)] = entry
+        _memo[_key(ma, mb, mo, mc, p.alpha, p.beta, p.kernel, p.config, p.pdl, p.precision)] = entry
 
 
 def clear() -> None:

@@ -5,12 +5,15 @@ hand-over), with a few constants per tile config fitted to measurements; pick th
 Candidates: tile configs of the family (``TILES``), each run one block per tile (data-parallel),
 split over K with a reduction, split over K summed in the kernel (sk = 2) or as stream-K (sk = 1).
 
-The model, in microseconds.  A tile config T has four constants: ``f`` (a block's fixed cost:
+The model, in microseconds.  A tile config T has five constants: ``f`` (a block's fixed cost:
 prologue, epilogue), ``a`` (one k-iteration of a block alone on an SM, bound by latency), ``b``
-(the SM's time per k-iteration per resident block when several share it, bound by throughput) and
+(the SM's time per k-iteration per resident block when several share it, bound by throughput),
 ``u`` (the share a k-iteration takes longer when an operand copied along its rows is read 4 bytes
-at a time: rows not 16-byte aligned, not copied; access.row_width).  An SM holding q blocks of i
-iterations each takes ``f + i * w * max(a, q * b)``, w = 1 + u * NARROW_SHARE[width].
+at a time: rows not 16-byte aligned, not copied; access.row_width) and ``v`` (an SM's time per
+million elements of the result stored 4 bytes at a time: its rows not 16-byte aligned;
+access.out_width).  An SM holding q blocks of i iterations each takes ``f + i * w * max(a, q * b)``,
+w = 1 + u * NARROW_SHARE[width]; the narrow stores add ``v * NARROW_SHARE[out width] * M * N *
+count / (1e6 * SMs)`` to every candidate.
 - data-parallel over ``blocks = tiles * splits``: each SM gets ceil(blocks / SMs) blocks, run
   ``r`` at a time (r = blocks per SM from the occupancy), the last round with what is left;
 - split-K adds the reduction: ``red0 + red1 * (splits + 1) * M * N * count`` (reading the
@@ -121,10 +124,18 @@ def _waves(c: dict, tile: str, blocks: int, per_sm: int, iters: int, sms: int, w
 
 
 def predict(c: dict, name: str, cfg: dict, M: int, N: int, K: int, count: int, per_sm: int, sms: int,
-            width: int = 4) -> float:
+            width: int = 4, out_width: int = 4) -> float:
     """Predicted microseconds of candidate ``name`` (config ``cfg``, ``per_sm`` blocks per SM), its
-    operands copied along their rows ``width`` floats at a time (access.row_width)."""
+    operands copied along their rows ``width`` floats at a time (access.row_width), the result
+    stored ``out_width`` floats at a time (access.out_width)."""
     tile = name.split()[0]
+    return _predict(c, tile, cfg, M, N, K, count, per_sm, sms, width) + (
+        c.get(f"{tile}.v", 0.0) * NARROW_SHARE[out_width] * M * N * count * 1e-6 / sms)
+
+
+def _predict(c: dict, tile: str, cfg: dict, M: int, N: int, K: int, count: int, per_sm: int, sms: int,
+             width: int) -> float:
+    """``predict`` without the narrow stores' term."""
     w = 1.0 + c.get(f"{tile}.u", 0.0) * NARROW_SHARE[width]
     bm, bn, bk = cfg["bm"], cfg["bn"], cfg["bk"]
     tiles = -(-M // bm) * -(-N // bn) * count
@@ -150,13 +161,14 @@ def predict(c: dict, name: str, cfg: dict, M: int, N: int, K: int, count: int, p
 
 
 def ranked(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int,
-           layout: str = "NN", width: int | None = None) -> list[tuple[str, dict, float]]:
+           layout: str = "NN", width: int | None = None, out_width: int | None = None) -> list[tuple[str, dict, float]]:
     """Every candidate with a build in ``per_sm`` (blocks per SM by build, ``build``) and its tile's
     constants in ``c`` as (name, config, predicted microseconds), the fastest first; the operands
-    taken as contiguous arrays of ``layout`` (their rows' alignment follows from the shape), unless
-    ``width`` gives the access width (access.row_width)."""
+    and the result taken as contiguous arrays of ``layout`` (their rows' alignment follows from the
+    shape), unless ``width`` and ``out_width`` give the access widths (access.row_width, out_width)."""
     width = access.row_width(layout, M, N, K, count) if width is None else width
-    out = [(name, cfg, predict(c, name, cfg, M, N, K, count, per_sm[build(name)], sms, width))
+    out_width = access.out_width(N) if out_width is None else out_width
+    out = [(name, cfg, predict(c, name, cfg, M, N, K, count, per_sm[build(name)], sms, width, out_width))
            for name, cfg in candidates(M, N, K, count, sms)
            if build(name) in per_sm and f"{name.split()[0]}.f" in c]
     return sorted(out, key=lambda x: x[2])

@@ -101,3 +101,50 @@ def test_a_remembered_call_still_rejects_what_the_full_path_rejects(cp):
         tilegemm.matmul(a, b, config=0)
     with pytest.raises(TypeError, match="pdl must be True or False"):
         tilegemm.matmul(a, b, pdl=1)
+
+
+def test_a_remembered_gemm_with_c_alpha_and_beta(cp):
+    """gemm with c, alpha and beta takes the memo on repeat calls (new pointers, new values of c),
+    keyed by alpha and beta; out=c stays an in-place update, and an out that overlaps c without
+    being it is still refused on a repeat call."""
+    torch = pytest.importorskip("torch")
+    rng = cp.random.default_rng()
+    M, N, K = 301, 203, 157  # odd: narrow rows, every edge
+    tilegemm.clear_caches()
+
+    def ref(a, b, c, alpha, beta):
+        a64, b64, c64 = (cp.asarray(x, dtype=np.float64) for x in (a, b, c))
+        return alpha * (a64 @ b64) + beta * c64
+
+    def err(out, want):
+        return float(cp.linalg.norm(cp.asarray(out, dtype=np.float64) - want) / cp.linalg.norm(want))
+
+    for alpha, beta in ((1.0, 1.0), (0.5, -2.0), (2, 0.0)):
+        for rep in range(3):  # the first call plans; the next two are hits with new arrays
+            a = rng.standard_normal((M, K), dtype=np.float32)
+            b = rng.standard_normal((K, N), dtype=np.float32)
+            c = rng.standard_normal((M, N), dtype=np.float32)
+            c_before = c.copy()
+            out = tilegemm.gemm(a, b, c, alpha=alpha, beta=beta)
+            assert err(out, ref(a, b, c, alpha, beta)) < TOL and bool(cp.array_equal(c, c_before))
+            bias = rng.standard_normal((N,), dtype=np.float32)  # a broadcast row
+            out = tilegemm.gemm(a, b, bias, alpha=alpha, beta=beta)
+            assert err(out, ref(a, b, cp.broadcast_to(bias, (M, N)), alpha, beta)) < TOL
+            cf = cp.asfortranarray(c)  # the new result follows c's layout
+            out = tilegemm.gemm(a, b, cf, alpha=alpha, beta=beta)
+            assert err(out, ref(a, b, c, alpha, beta)) < TOL and out.flags.f_contiguous == (beta != 0)
+            tilegemm.gemm(a, b, c, alpha=alpha, beta=beta, out=c)  # in place
+            assert err(c, ref(a, b, c_before, alpha, beta)) < TOL
+            tc = torch.as_tensor(c_before, device="cuda")
+            res = tilegemm.gemm(torch.as_tensor(a, device="cuda"), torch.as_tensor(b, device="cuda"), tc,
+                                alpha=alpha, beta=beta)
+            assert err(cp.asarray(res), ref(a, b, c_before, alpha, beta)) < TOL
+    hits = [e for e in fastpath.entries() if e.c_span is not None]
+    assert len(hits) >= 8  # c read: per (alpha, beta) with beta != 0, four layouts or kinds of c
+    big = rng.standard_normal((M + 1, N), dtype=np.float32)
+    a = rng.standard_normal((M, K), dtype=np.float32)
+    b = rng.standard_normal((K, N), dtype=np.float32)
+    for _ in range(2):  # out overlapping c without being it: refused, also once the shapes are known
+        tilegemm.gemm(a, b, big[:M], beta=1.0, out=rng.standard_normal((M, N), dtype=np.float32))
+        with pytest.raises(ValueError, match="out overlaps c without being the same array"):
+            tilegemm.gemm(a, b, big[:M], beta=1.0, out=big[1:])

@@ -209,27 +209,31 @@ def plot_suite(doc: dict, path) -> None:
 
 
 def call_overhead(sizes=(64, 256), calls: int = 2000, repeats: int = 5) -> list[dict]:
-    """Host time per call (µs) of tilegemm.matmul, cupy.matmul and torch.matmul with ``out=``,
-    at sizes where the GPU work is a few microseconds: the calls are issued back to back and the
-    wall time is divided by their number (median of ``repeats``)."""
+    """Host time per call (µs) of tilegemm.matmul, cupy.matmul and torch.matmul with ``out=``, and
+    of ``D = A B + C`` (tilegemm.gemm with c and beta = 1, torch.addmm), at sizes where the GPU work
+    is a few microseconds: the calls are issued back to back and the wall time is divided by their
+    number (median of ``repeats``)."""
     import time
 
     cupy = gpu.cupy()
-    fns = {"tilegemm": lambda a, b, o: api.matmul(a, b, out=o),
-           "cupy": lambda a, b, o: cupy.matmul(a, b, out=o)}
+    fns = {"tilegemm": lambda a, b, c, o: api.matmul(a, b, out=o),
+           "cupy": lambda a, b, c, o: cupy.matmul(a, b, out=o),
+           "tilegemm gemm+c": lambda a, b, c, o: api.gemm(a, b, c, beta=1.0, out=o)}
     try:
         import torch
 
-        fns["torch"] = lambda a, b, o: torch.matmul(a, b, out=o)
+        fns["torch"] = lambda a, b, c, o: torch.matmul(a, b, out=o)
+        fns["torch addmm"] = lambda a, b, c, o: torch.addmm(c, a, b, out=o)
     except Exception:
         torch = None
     rows = []
     for n in sizes:
         a, b = timing.operands(n, n, n)
+        c = cupy.ones((n, n), np.float32)
         o = cupy.empty((n, n), np.float32)
         for name, fn in fns.items():
-            args = (a, b, o)
-            if name == "torch":
+            args = (a, b, c, o)
+            if name.startswith("torch"):
                 args = tuple(torch.from_dlpack(x) for x in args)
             for _ in range(50):
                 fn(*args)

@@ -125,6 +125,10 @@ def test_the_selection_takes_the_model_where_no_table_holds_the_shape(fitted, tm
         expected = model.choose(*model.constants_for(fitted, *shape, 1), *shape, 1, 132)[1]
         assert source == "model" and cfg == expected
     assert sel("NN", 4096, 4096, 4096, 1)[1] == "shipped"  # measured entries first
+    assert sel("NN", 4095, 4095, 4095, 1)[1] == "shipped"
+    # a shape the shipped table was not measured on, in the bucket of one it was: the model
+    assert selection.bucket(3000, 3000, 3000, 1) == selection.bucket(4095, 4095, 4095, 1)
+    assert sel("NN", 3000, 3000, 3000, 1)[1] == "model"
     other = SimpleNamespace(**{**props.__dict__, "name": "Another GPU"})
     assert selection.Selector(other, "1", "13.0")("NN", 777, 999, 1111, 1)[1] == "heuristic"
 

@@ -173,14 +173,15 @@ def lookup(entries: dict, layout: str, M: int, N: int, K: int, count: int) -> di
     return found[0] if found else None
 
 
-def lookups(entries: dict, layout: str, M: int, N: int, K: int, count: int):
+def lookups(entries: dict, layout: str, M: int, N: int, K: int, count: int, exact: bool = False):
     """(config, the layout it was tuned for) of every entry that can serve this shape, in order:
-    this layout's entry for the exact shape, then for its bucket, then NN's exact and bucket ones."""
+    this layout's entry for the exact shape, then for its bucket, then NN's exact and bucket ones;
+    with ``exact``, only entries measured on this very shape (their "shape")."""
     b = bucket(M, N, K, count)
     for lay in dict.fromkeys((layout, "NN")):
         for key in (shape_key(lay, M, N, K, count), entry_key(lay, b)):
             e = entries.get(key)
-            if e:
+            if e and (not exact or list(e.get("shape", ())) == [M, N, K, count]):
                 yield dict(e["config"]), lay
 
 
@@ -219,11 +220,14 @@ class Selector:
         return self._user, self._shipped
 
     def source(self, layout, M, N, K, count) -> tuple[dict, str]:
-        """(config, where it came from: "tuned", "shipped" or "heuristic"), not memoised."""
+        """(config, where it came from: "tuned", "shipped", "model" or "heuristic"), not memoised.
+        The user's cache serves its shapes and their buckets; the shipped table, where this GPU has
+        a model table, only the shapes it was measured on (its bucket's other shapes can fill their
+        waves quite differently: 4095^3's config ran 3000^3 at 0.85x cuBLAS), else their buckets too."""
         user, shipped = self.tables()
         limits = Limits.from_props(self.props)
-        for name, entries in (("tuned", user), ("shipped", shipped)):
-            for cfg, tuned_for in lookups(entries, layout, M, N, K, count):
+        for name, entries, exact in (("tuned", user, False), ("shipped", shipped, self._has_model())):
+            for cfg, tuned_for in lookups(entries, layout, M, N, K, count, exact):
                 if check_config(cfg, limits) or (tuned_for != layout and spills(cfg, layout, self.props.arch)):
                     continue  # the next entry that can serve the shape
                 return cfg, name
@@ -231,11 +235,15 @@ class Selector:
             return cfg, "model"
         return heuristic(M, N, K, count, self.props.sms, getattr(self.props, "l2_bytes", 0) or (50 << 20)), "heuristic"
 
+    def _has_model(self) -> bool:
+        """Whether this GPU has a model table (fitted on a GPU of as many SMs)."""
+        self.tables()
+        return bool(self._model) and self._model["sms"] == self.props.sms
+
     def predicted(self, M, N, K, count, n: int, layout: str = "NN") -> list[dict]:
         """The ``n`` configs the cost model predicts fastest for this shape (contiguous operands of
         ``layout``), the fastest first (none where this GPU has no fitted model table)."""
-        self.tables()
-        if not self._model or self._model["sms"] != self.props.sms:
+        if not self._has_model():
             return []
         limits = Limits.from_props(self.props)
         ranked = model.ranked(*model.constants_for(self._model, M, N, K, count), M, N, K, count, self.props.sms,

@@ -54,11 +54,11 @@ def fit(rows: list[dict], per_sm: dict, sms: int, iterations: int = 60) -> tuple
     y = np.log(np.array([1e3 * r["ms"] for r in rows]))
 
     def residuals(v):
-        with np.errstate(over="ignore"):  # a trial step may overflow; its error is then rejected
+        with np.errstate(over="ignore", invalid="ignore"):  # a trial step may overflow; its error is then rejected
             c = dict(zip(names, np.exp(v)))
-        return np.log([model.predict(c, r["candidate"], r["config"], r["M"], r["N"], r["K"], r["batch"],
-                               per_sm[model.build(r["candidate"])], sms, r["width"], r["out_width"])
-                       for r in rows]) - y
+            return np.log([model.predict(c, r["candidate"], r["config"], r["M"], r["N"], r["K"], r["batch"],
+                                   per_sm[model.build(r["candidate"])], sms, r["width"], r["out_width"])
+                           for r in rows]) - y
 
     lam, res = 1e-2, residuals(x)
     for _ in range(iterations):

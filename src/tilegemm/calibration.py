@@ -21,11 +21,8 @@ from .parsing import ArgParser, parse_args, run_command
 
 
 def _names(tiles) -> list[str]:
-    """The constants' names: five per tile config of ``tiles``, the rate of its stream-K and summed
-    builds where it has them, then the global ones."""
-    return ([f"{t}.{k}" for t in model.TILES if t in tiles for k in ("f", "a", "b", "u", "v")]
-            + [f"{t}.sk1" for t in model.STREAM_K_TILES if t in tiles]
-            + [f"{t}.sk2" for t in model.SUMMED_TILES if t in tiles] + list(model.GLOBALS))
+    """The constants' names: five per tile config of ``tiles``, then the global ones."""
+    return [f"{t}.{k}" for t in model.TILES if t in tiles for k in ("f", "a", "b", "u", "v")] + list(model.GLOBALS)
 
 
 def _start() -> dict:
@@ -37,7 +34,6 @@ def _start() -> dict:
         c[f"{t}.f"] = 8.0
         c[f"{t}.u"] = 0.1
         c[f"{t}.v"] = 100.0  # us per million narrow result elements on one SM
-        c[f"{t}.sk1"] = c[f"{t}.sk2"] = 1.0
     c.update(red0=3.0, red1=0.004, hand=5.0, summed=2.0, launch=3.0)
     return c
 

@@ -13,9 +13,7 @@ at a time: rows not 16-byte aligned, not copied; access.row_width) and ``v`` (an
 million elements of the result stored 4 bytes at a time: its rows not 16-byte aligned;
 access.out_width).  An SM holding q blocks of i iterations each takes ``f + i * w * max(a, q * b)``,
 w = 1 + u * NARROW_SHARE[width]; the narrow stores add ``v * NARROW_SHARE[out width] * M * N *
-count / (1e6 * SMs)`` to every candidate.  The stream-K and summed builds of a tile (sk = 1, 2:
-other kernels, other register allocations) run their k-iterations ``sk1`` and ``sk2`` times as
-long as its data-parallel build (w is multiplied by them; 1 where not fitted).
+count / (1e6 * SMs)`` to every candidate.
 - data-parallel over ``blocks = tiles * splits``: each SM gets ceil(blocks / SMs) blocks, run
   ``r`` at a time (r = blocks per SM from the occupancy), the last round with what is left;
 - split-K adds the reduction: ``red0 + red1 * (splits + 1) * M * N * count`` (reading the
@@ -138,11 +136,11 @@ def predict(c: dict, name: str, cfg: dict, M: int, N: int, K: int, count: int, p
 def _predict(c: dict, tile: str, cfg: dict, M: int, N: int, K: int, count: int, per_sm: int, sms: int,
              width: int) -> float:
     """``predict`` without the narrow stores' term."""
-    sk, splits = cfg.get("sk", 0), max(1, min(cfg.get("splits", 1), -(-K // 4)))
-    w = (1.0 + c.get(f"{tile}.u", 0.0) * NARROW_SHARE[width]) * (c.get(f"{tile}.sk{sk}", 1.0) if sk else 1.0)
+    w = 1.0 + c.get(f"{tile}.u", 0.0) * NARROW_SHARE[width]
     bm, bn, bk = cfg["bm"], cfg["bn"], cfg["bk"]
     tiles = -(-M // bm) * -(-N // bn) * count
     ipt = -(-K // bk)
+    sk, splits = cfg.get("sk", 0), max(1, min(cfg.get("splits", 1), -(-K // 4)))
     if sk == 1:
         grid = per_sm * sms
         whole = tiles // grid

@@ -129,6 +129,15 @@ def test_the_selection_takes_the_model_where_no_table_holds_the_shape(fitted, tm
     # a shape the shipped table was not measured on, in the bucket of one it was: the model
     assert selection.bucket(3000, 3000, 3000, 1) == selection.bucket(4095, 4095, 4095, 1)
     assert sel("NN", 3000, 3000, 3000, 1)[1] == "model"
+    # a shape tuned by the user fills its bucket's key too; a shipped shape of that bucket keeps its
+    # own measured entry, and other shapes of the bucket take the tuned one
+    tuned = {"config": dict(model.TILES["64x128"], splits=1), "shape": [3000, 3000, 3000, 1]}
+    sel._user = {selection.shape_key("NN", 3000, 3000, 3000, 1): tuned,
+                 selection.entry_key("NN", selection.bucket(3000, 3000, 3000, 1)): tuned}
+    sel._memo.clear()
+    assert sel("NN", 4095, 4095, 4095, 1)[1] == "shipped"
+    assert sel("NN", 3000, 3000, 3000, 1) == (tuned["config"], "tuned")
+    assert sel("NN", 3500, 3500, 3500, 1) == (tuned["config"], "tuned")
     other = SimpleNamespace(**{**props.__dict__, "name": "Another GPU"})
     assert selection.Selector(other, "1", "13.0")("NN", 777, 999, 1111, 1)[1] == "heuristic"
 

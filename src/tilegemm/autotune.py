@@ -179,7 +179,7 @@ QUICK_TARGET_S = 0.05  # seconds of timing per quick candidate (the full search:
 
 def quick_candidates(sel, layout: str, M: int, N: int, K: int, count: int, top: int = QUICK_TOP) -> list[dict]:
     """The quick tuning's candidates: the ``top`` configs the cost model predicts fastest, and the
-    config a table (the tuning cache or the shipped table) holds for the shape (or its bucket), if any;
+    config the selection takes from a table (the tuning cache or the shipped table) for the shape, if any;
     none where the GPU has no fitted model table."""
     cands = sel.predicted(M, N, K, count, top, layout)
     if not cands:

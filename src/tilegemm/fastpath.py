@@ -5,12 +5,15 @@ validation beyond the overlap tests (which depend on the pointers), no selection
 file I/O.
 
 Calls of ``matmul`` and ``gemm`` (c, alpha and beta included; alpha and beta as Python numbers) on
-CuPy arrays or torch tensors only; everything else takes the full path.  The memo holds at most ``LIMIT`` entries (the oldest goes
+CuPy arrays or torch tensors only; everything else takes the full path.  A call's alpha and beta
+are part of its key (the stored launches hold them), so calls that change them every time would
+only fill the memo: it keeps at most ``SCALAR_VARIANTS`` (alpha, beta) pairs for the same arrays.  The memo holds at most ``LIMIT`` entries (the oldest goes
 first); ``clear()`` empties it.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass
 
@@ -20,9 +23,11 @@ from .launch import Program
 from .plan import Plan
 
 LIMIT = 4096
+SCALAR_VARIANTS = 8  # (alpha, beta) pairs remembered for one set of array metadata
 MISS = object()
 
 _memo: dict[tuple, "Entry"] = {}
+_variants: dict[tuple, int] = {}  # entries in _memo per key without its scalars
 _lock = threading.Lock()
 
 
@@ -76,8 +81,11 @@ _get_device = None
 
 
 def _key(ma, mb, mo, mc, alpha, beta, kernel, config, pdl, precision) -> tuple:
-    return (ma[0], ma[1] % 16, mb[0], mb[1] % 16, mo[0], mo[1] % 16, mc[0], mc[1] % 16, alpha, beta, kernel,
-            config, pdl, precision)
+    """(the arrays' metadata and the call's options, the scalars): alpha with its sign (-0.0 gives
+    other zeros than 0.0), beta as a value (a zero beta reads no c, whatever its sign)."""
+    alpha = float(alpha)
+    return ((ma[0], ma[1] % 16, mb[0], mb[1] % 16, mo[0], mo[1] % 16, mc[0], mc[1] % 16, kernel, config, pdl,
+             precision), (alpha, math.copysign(1.0, alpha), float(beta)))
 
 
 def call(a, b, out, kernel, config, pdl, precision="fp32", c=None, alpha=1.0, beta=0.0):
@@ -93,7 +101,7 @@ def call(a, b, out, kernel, config, pdl, precision="fp32", c=None, alpha=1.0, be
             return MISS
         config = tuple(sorted(config.items()))
     try:
-        e = _memo.get(_key(ma, mb, mo, mc, float(alpha), float(beta), kernel, config or (), pdl, precision))
+        e = _memo.get(_key(ma, mb, mo, mc, alpha, beta, kernel, config or (), pdl, precision))
     except TypeError:  # unhashable: the full path reports it
         return MISS
     if e is None or _device() != e.device:
@@ -142,16 +150,28 @@ def remember(p: Plan, program: Program | None, generation: int | None = None, c=
     chosen = program is not None and program.config is not None and not p.config
     entry = Entry(program, p.device, ma[0][0], stream_kind(p), generation if chosen else None, p.shape,
                   p.batch + (p.M, p.N), spans, _span(p.c.op) if p.c is not None else None, p.out_colmajor)
+    key = _key(ma, mb, mo, mc, p.alpha, p.beta, p.kernel, p.config, p.pdl, p.precision)
     with _lock:
+        if key in _memo:
+            _memo[key] = entry
+            return
+        if _variants.get(key[0], 0) >= SCALAR_VARIANTS:
+            return  # alpha or beta changes from call to call: those calls take the full path
         if len(_memo) >= LIMIT:
-            del _memo[next(iter(_memo))]
-        _memo[_key(ma, mb, mo, mc, p.alpha, p.beta, p.kernel, p.config, p.pdl, p.precision)] = entry
+            old = next(iter(_memo))
+            del _memo[old]
+            _variants[old[0]] -= 1
+            if not _variants[old[0]]:
+                del _variants[old[0]]
+        _memo[key] = entry
+        _variants[key[0]] = _variants.get(key[0], 0) + 1
 
 
 def clear() -> None:
     """Forget every remembered call (the next call of each takes the full path again)."""
     with _lock:
         _memo.clear()
+        _variants.clear()
 
 
 def size() -> int:

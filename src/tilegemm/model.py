@@ -13,7 +13,9 @@ at a time: rows not 16-byte aligned, not copied; access.row_width) and ``v`` (an
 million elements of the result stored 4 bytes at a time: its rows not 16-byte aligned;
 access.out_width).  An SM holding q blocks of i iterations each takes ``f + i * w * max(a, q * b)``,
 w = 1 + u * NARROW_SHARE[width]; the narrow stores add ``v * NARROW_SHARE[out width] * M * N *
-count / (1e6 * SMs)`` to every candidate.
+count / (1e6 * SMs)`` to every candidate.  (In the NN calibrations a result's rows are misaligned
+exactly where B's are, so ``v`` is told apart from ``u`` only where B is copied into aligned rows,
+whose timings include the copy: docs/model.md.)
 - data-parallel over ``blocks = tiles * splits``: each SM gets ceil(blocks / SMs) blocks, run
   ``r`` at a time (r = blocks per SM from the occupancy), the last round with what is left;
 - split-K adds the reduction: ``red0 + red1 * (splits + 1) * M * N * count`` (reading the

@@ -10,12 +10,13 @@ path does no file I/O:
    (``tilegemm/tables/model-<gpu>.json``, a set for small products and one for the rest): the
    candidate it predicts fastest;
 4. the heuristic below (any GPU).
-Within a table, a shape matches an entry of its layout and shape bucket: M, N, K and the batch
-count each rounded to the nearest power of two.  The tuning cache also keeps each tuned shape
-under its own key, which comes first: a tuned shape runs what was measured fastest for it, not
-for the last shape of its bucket that was tuned.  A shape whose bucket holds an entry counts as
-tuned (``TILEGEMM_AUTOTUNE=1`` does not tune it again), and shipped tables (``tilegemm tune --ship``)
-hold bucket entries only.  This module measures nothing and tunes nothing:
+Entries measured on the very shape come first, from either table; then the user's entries of the
+shape's bucket (M, N, K and the batch count each rounded to the nearest power of two): the tuning
+cache keeps each tuned shape under its own key and its bucket's, and a shape whose bucket holds an
+entry counts as tuned (``TILEGEMM_AUTOTUNE=1`` does not tune it again).  Shipped tables
+(``tilegemm tune --ship``) hold bucket keys with the shape each entry was measured on; on a GPU
+with a model table they serve only those shapes (a bucket's other shapes can fill their waves quite
+differently), elsewhere their buckets too.  This module measures nothing and tunes nothing:
 the tuner (autotune.py) writes the cache through ``record``.
 """
 
@@ -221,12 +222,16 @@ class Selector:
 
     def source(self, layout, M, N, K, count) -> tuple[dict, str]:
         """(config, where it came from: "tuned", "shipped", "model" or "heuristic"), not memoised.
-        The user's cache serves its shapes and their buckets; the shipped table, where this GPU has
-        a model table, only the shapes it was measured on (its bucket's other shapes can fill their
-        waves quite differently: 4095^3's config ran 3000^3 at 0.85x cuBLAS), else their buckets too."""
+        Entries measured on this very shape first (the user's, then the shipped table's), then the
+        user's bucket entries, then, where this GPU has no model table, the shipped table's (its
+        bucket's other shapes can fill their waves quite differently: 4095^3's config ran 3000^3
+        at 0.85x cuBLAS)."""
         user, shipped = self.tables()
         limits = Limits.from_props(self.props)
-        for name, entries, exact in (("tuned", user, False), ("shipped", shipped, self._has_model())):
+        passes = [("tuned", user, True), ("shipped", shipped, True), ("tuned", user, False)]
+        if not self._has_model():
+            passes.append(("shipped", shipped, False))
+        for name, entries, exact in passes:
             for cfg, tuned_for in lookups(entries, layout, M, N, K, count, exact):
                 if check_config(cfg, limits) or (tuned_for != layout and spills(cfg, layout, self.props.arch)):
                     continue  # the next entry that can serve the shape

@@ -139,12 +139,29 @@ def test_a_remembered_gemm_with_c_alpha_and_beta(cp):
             res = tilegemm.gemm(torch.as_tensor(a, device="cuda"), torch.as_tensor(b, device="cuda"), tc,
                                 alpha=alpha, beta=beta)
             assert err(cp.asarray(res), ref(a, b, c_before, alpha, beta)) < TOL
-    hits = [e for e in fastpath.entries() if e.c_span is not None]
-    assert len(hits) >= 8  # c read: per (alpha, beta) with beta != 0, four layouts or kinds of c
-    big = rng.standard_normal((M + 1, N), dtype=np.float32)
-    a = rng.standard_normal((M, K), dtype=np.float32)
-    b = rng.standard_normal((K, N), dtype=np.float32)
-    for _ in range(2):  # out overlapping c without being it: refused, also once the shapes are known
-        tilegemm.gemm(a, b, big[:M], beta=1.0, out=rng.standard_normal((M, N), dtype=np.float32))
+    read_c = [e for e in fastpath.entries() if e.c_span is not None]
+    assert len(read_c) >= 8  # c read: per (alpha, beta) with beta != 0, four layouts or kinds of c
+    # out overlapping c without being it: refused, also once a call of the same metadata (and
+    # 16-byte alignment: rows of 204 floats) is remembered
+    N4 = 204
+    big = rng.standard_normal((M + 4, N4), dtype=np.float32)
+    b4 = rng.standard_normal((K, N4), dtype=np.float32)
+    before = fastpath.size()
+    tilegemm.gemm(a, b4, big[:M], beta=1.0, out=rng.standard_normal((M, N4), dtype=np.float32)[:M])
+    assert fastpath.size() == before + 1
+    for _ in range(2):
         with pytest.raises(ValueError, match="out overlaps c without being the same array"):
-            tilegemm.gemm(a, b, big[:M], beta=1.0, out=big[1:])
+            tilegemm.gemm(a, b4, big[:M], beta=1.0, out=big[4:])
+    # alpha = -0.0 and 0.0 are remembered apart (the signs of their zeros may differ)
+    for first, then in ((-0.0, 0.0), (0.0, -0.0)):
+        tilegemm.gemm(a, b4, alpha=first)
+        hit = tilegemm.gemm(a, b4, alpha=then)
+        fastpath.clear()
+        full = tilegemm.gemm(a, b4, alpha=then)
+        assert bool(cp.array_equal(cp.signbit(hit), cp.signbit(full)))
+    # calls whose alpha changes every time: a bounded number of them is remembered
+    before = fastpath.size()
+    for i in range(3 * fastpath.SCALAR_VARIANTS):
+        out = tilegemm.gemm(a, b4, alpha=1.0 + i / 64)
+        assert err(out, ref(a, b4, cp.zeros((M, N4), np.float32), 1.0 + i / 64, 0.0)) < TOL
+    assert fastpath.size() <= before + fastpath.SCALAR_VARIANTS

@@ -1,10 +1,11 @@
 """Calibration data for the selection's cost model: every candidate of tilegemm.model timed on a
 random draw of shapes, cuBLAS beside, each candidate checked against float64 first.
 
-usage: python scripts/calibrate.py --seed S --n N [--small] [--out DIR] [--target-s T]
+usage: python scripts/calibrate.py --seed S --n N [--small] [--layout L] [--out DIR] [--target-s T]
 (--small: small products, the draw of tilegemm.suites.SMALL_DRAW, every candidate and cuBLAS timed
 from CUDA graphs, since there the host takes longer per call than the GPU; the file is named
 calibration-small-s<S>)
+(--layout: the operands' layout, NN by default; another is named in the file, calibration-<l>-s<S>)
 Writes DIR (default $OUT, else benchmarks/results)/<gpu>-<date>-calibration-s<S>.json (kind
 "calibration"), rewritten after every shape so that a run cut short keeps what it measured.  Rows:
 the shape, the candidate's name and config, ms, TFLOPS and relative error; per config the blocks
@@ -25,6 +26,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
     p.add_argument("--target-s", type=float, default=0.1)
     p.add_argument("--small", action="store_true", help="small products, timed from CUDA graphs")
+    p.add_argument("--layout", choices=registry.LAYOUTS, default="NN", help="the operands' layout (default NN)")
     args = parse_args(p, argv)
     return args if isinstance(args, int) else run_command(run, args)
 
@@ -54,16 +56,16 @@ def run(args) -> int:
     dev = gpu.current_device()
     props = gpu.device_properties(dev)
     draw = dict(suites.SMALL_DRAW if args.small else suites.DRAW)
-    shapes = suites.random_shapes(args.n, args.seed, **draw)
+    shapes = suites.random_shapes(args.n, args.seed, (args.layout,), **draw)
     configs = {}
     for M, N, K, _, _ in shapes:
         configs.update(dict(model.candidates(M, N, K, 1, props.sms)))
     t0 = time.time()
-    autotune.compile_all(list(configs.values()), ["NN"], props.arch)
+    autotune.compile_all(list(configs.values()), [args.layout], props.arch)
     print(f"{len(configs)} configs compiled in {time.time() - t0:.0f} s", flush=True)
     occupancy = {}
     for name, cfg in configs.items():
-        fn = launch.launcher(registry.FAMILY.name, "NN", 4, dev,
+        fn = launch.launcher(registry.FAMILY.name, args.layout, 4, dev,
                              tuple(sorted((k, v) for k, v in cfg.items() if k != "splits")))
         occupancy[name] = fn.resident_blocks() // props.sms
     rows = []
@@ -71,7 +73,7 @@ def run(args) -> int:
     # calibration's loader charges those rows accordingly; files without it were measured before)
     doc = results.document(rows, cmd=results.command(prog="python scripts/calibrate.py"), kind="calibration",
                            seed=args.seed, n=args.n, draw=draw, timer="graph" if args.small else "events",
-                           configs=configs, blocks_per_sm=occupancy, pairs=True)
+                           configs=configs, blocks_per_sm=occupancy, pairs=True, layout=args.layout)
     for i, (M, N, K, layout, count) in enumerate(shapes):
         cands = model.candidates(M, N, K, count, props.sms)
         sets, outs = timing.input_sets(M, N, K, layout, count)
@@ -87,7 +89,8 @@ def run(args) -> int:
         print(f"[{i + 1}/{len(shapes)}] {M}x{N}x{K}: cuBLAS {2e-9 * M * N * K / cublas:.1f}, best "
               f"{best['tflops']:.1f} ({cands[tried.index(best)][0]}), {time.time() - t0:.0f} s", flush=True)
         doc["rows"] = rows
-        results.write(doc, args.out, f"calibration-{'small-' if args.small else ''}s{args.seed}")
+        lay = "" if args.layout == "NN" else args.layout.lower() + "-"
+        results.write(doc, args.out, f"calibration-{'small-' if args.small else ''}{lay}s{args.seed}")
     return 0
 
 

@@ -7,7 +7,9 @@ the model table the selection reads (``tilegemm/tables/model-<gpu>.json``).
 
 The main set of constants is fitted to the bench draw's calibrations, the small products' set
 (``--small``) to calibrations of ``calibrate.py --small``, timed from CUDA graphs; it applies below
-its draw's bound of multiply-adds.
+its draw's bound of multiply-adds.  ``--layouts FILE...``: calibrations of other operand layouts
+(``calibrate.py --layout``), a set fitted per layout, which serves that layout's shapes above the
+small products' bound.
 """
 
 from __future__ import annotations
@@ -125,9 +127,9 @@ def small_bound(paths) -> int:
     return bounds.pop()
 
 
-def model_table(files, small_files=()) -> tuple[dict, str]:
-    """The model table fitted to calibration ``files`` (and ``small_files`` for the small products'
-    set), and a line saying what was fitted."""
+def model_table(files, small_files=(), layout_files=()) -> tuple[dict, str]:
+    """The model table fitted to calibration ``files`` (``small_files`` for the small products' set,
+    ``layout_files`` for a set per layout they were measured in), and a line saying what was fitted."""
     rows, per_sm, sms, gpu = load_calibration(files)
     consts, rms = fit(rows, per_sm, sms)
     doc = {"schema": 1, "kind": "model", "gpu": gpu, "sms": sms, "command": results.command(prog="python -m tilegemm.calibration"),
@@ -143,11 +145,26 @@ def model_table(files, small_files=()) -> tuple[dict, str]:
                         "fitted_on": [Path(x).name for x in small_files], "rows": len(s_rows),
                         "rms_log_error": s_rms, "blocks_per_sm": s_per_sm, "constants": s_consts}
         said += f"; small products: {len(s_consts)} constants to {len(s_rows)} timings, rms log error {s_rms:.3f}"
+    by_layout: dict = {}
+    for f in layout_files:
+        by_layout.setdefault(_read(f, gpu).get("layout", "NN"), []).append(f)
+    for layout, fs in sorted(by_layout.items()):
+        if layout == "NN":
+            raise ValueError(f"{fs[0]} is a calibration in NN, which the main set is fitted to; pass it there")
+        l_rows, l_per_sm, l_sms, _ = load_calibration(fs)
+        if l_sms != sms or any(r["layout"] != layout for r in l_rows):
+            raise ValueError(f"the {layout} calibrations mix layouts or GPUs")
+        l_consts, l_rms = fit(l_rows, l_per_sm, sms)
+        doc.setdefault("layouts", {})[layout] = {"fitted_on": [Path(x).name for x in fs], "rows": len(l_rows),
+                                                  "rms_log_error": l_rms, "blocks_per_sm": l_per_sm,
+                                                  "constants": l_consts}
+        said += f"; {layout}: {len(l_consts)} constants to {len(l_rows)} timings, rms log error {l_rms:.3f}"
     return doc, said
 
 
 def held_out(table: dict, paths) -> dict:
-    """What a main set of constants picks on calibration files it was not fitted to: per shape the
+    """What a model table picks on calibration files it was not fitted to (each shape by the set
+    ``model.constants_for`` gives it): per shape the
     measured time of the candidate it ranks first among those measured, of the best measured, and
     cuBLAS's; the geometric means of cuBLAS's time over each (candidates timed one at a time)."""
     import math
@@ -159,8 +176,8 @@ def held_out(table: dict, paths) -> dict:
                           {})[r["candidate"]] = r
     picks, bests = [], []
     for (layout, M, N, K, count, width, out_width), rs in shapes.items():
-        ranked = model.ranked(table["constants"], table["blocks_per_sm"], M, N, K, count, sms, layout, width,
-                              out_width)
+        ranked = model.ranked(*model.constants_for(table, M, N, K, count, layout), M, N, K, count, sms, layout,
+                              width, out_width)
         pick = next((name for name, _, _ in ranked if name in rs), None)
         if pick is None:
             continue
@@ -177,16 +194,18 @@ def main(argv=None) -> int:
     f = sub.add_parser("fit", help="fit the constants to calibration files of one GPU; write its model table")
     f.add_argument("files", nargs="+")
     f.add_argument("--small", nargs="+", default=[], help="calibrations of small products (calibrate.py --small)")
+    f.add_argument("--layouts", nargs="+", default=[], help="calibrations of other layouts (calibrate.py --layout)")
     f.add_argument("--out", required=True, help="the model table to write (src/tilegemm/tables/model-<gpu>.json)")
     h = sub.add_parser("held-out", help="fit to FILES, then measure the picks on calibrations it was not fitted to")
     h.add_argument("files", nargs="+")
+    h.add_argument("--layouts", nargs="+", default=[], help="calibrations of other layouts (calibrate.py --layout)")
     h.add_argument("--on", nargs="+", required=True, help="calibration files of other seeds, same GPU")
     args = parse_args(p, argv)
     if isinstance(args, int):
         return args
 
     def run(a):
-        doc, said = model_table(a.files, a.small if a.cmd == "fit" else ())
+        doc, said = model_table(a.files, a.small if a.cmd == "fit" else (), a.layouts)
         if a.cmd == "held-out":
             r = held_out(doc, a.on)
             print(f"{said}; on {r['shapes']} held-out shapes its picks run at {r['pick']:.3f}x cuBLAS, "

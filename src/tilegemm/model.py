@@ -29,7 +29,9 @@ The constants are fitted to calibration measurements by calibration.py
 (``python -m tilegemm.calibration fit FILE... [--small FILE...] --out TABLE``).  A model table holds
 two sets: one for the bench's draw (at least 1024^3 multiply-adds, timed call by call) and one for
 smaller products (timed from CUDA graphs: there the host takes longer per call than the GPU, and a
-call-by-call timing would fit the host's cost).  ``constants_for`` picks the set for a shape.
+call-by-call timing would fit the host's cost).  It may hold a set per operand layout too (its
+``layouts``: fitted to calibrations of that layout), which serves that layout's shapes in the main
+set's domain.  ``constants_for`` picks the set for a shape.
 """
 
 from __future__ import annotations
@@ -66,12 +68,16 @@ SMALL_MACS = 1024**3  # the bench draw's smallest product (suites.DRAW), the sma
 NARROW_SHARE = {4: 0.0, 2: 0.5, 1: 1.0}
 
 
-def constants_for(table: dict, M: int, N: int, K: int, count: int) -> tuple[dict, dict]:
+def constants_for(table: dict, M: int, N: int, K: int, count: int, layout: str = "NN") -> tuple[dict, dict]:
     """(constants, blocks per SM by build) of a model table for this shape: its small products' set
-    below that set's bound of multiply-adds, where the table has one; else the main set."""
+    below that set's bound of multiply-adds, where the table has one; else the set of this layout,
+    where the table has one; else the main set."""
     small = table.get("small")
     if small and M * N * K * count < small["below_macs"]:
         return small["constants"], small["blocks_per_sm"]
+    own = table.get("layouts", {}).get(layout)
+    if own:
+        return own["constants"], own["blocks_per_sm"]
     return table["constants"], table["blocks_per_sm"]
 
 

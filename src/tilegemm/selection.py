@@ -251,7 +251,7 @@ class Selector:
         if not self._has_model():
             return []
         limits = Limits.from_props(self.props)
-        ranked = model.ranked(*model.constants_for(self._model, M, N, K, count), M, N, K, count, self.props.sms,
+        ranked = model.ranked(*model.constants_for(self._model, M, N, K, count, layout), M, N, K, count, self.props.sms,
                               layout)
         return [dict(cfg) for _, cfg, _ in ranked if not check_config(cfg, limits)][:n]
 

@@ -76,8 +76,10 @@ def test_the_calibration_data_loads_and_refits_to_the_shipped_constants(fitted):
     rows, per_sm, sms, gpu = calibration.load_calibration(files)
     assert gpu == fitted["gpu"] and sms == 132 and len(rows) == fitted["rows"]
     small = [folder / f for f in fitted["small"]["fitted_on"]]
-    doc, _ = calibration.model_table(files, small)
-    for got, want in ((doc, fitted), (doc["small"], fitted["small"])):
+    nt = [folder / f for f in fitted["layouts"]["NT"]["fitted_on"]]
+    doc, _ = calibration.model_table(files, small, nt)
+    assert list(doc["layouts"]) == ["NT"] and all("-nt-" in f for f in fitted["layouts"]["NT"]["fitted_on"])
+    for got, want in ((doc, fitted), (doc["small"], fitted["small"]), (doc["layouts"]["NT"], fitted["layouts"]["NT"])):
         assert got["rows"] == want["rows"] and got["blocks_per_sm"] == want["blocks_per_sm"]
         assert got["rms_log_error"] == pytest.approx(want["rms_log_error"], rel=1e-3)
         for k, v in want["constants"].items():
@@ -95,6 +97,14 @@ def test_the_h200_table_refits_from_its_calibration_data():
     assert doc["blocks_per_sm"] == table["blocks_per_sm"] and "64x64f" in doc["blocks_per_sm"]
     for k, v in table["constants"].items():
         assert doc["constants"][k] == pytest.approx(v, rel=1e-2, abs=1e-3), k
+
+
+def test_a_layout_with_its_own_set_takes_it_above_the_small_bound(fitted):
+    nt = fitted["layouts"]["NT"]
+    assert model.constants_for(fitted, 2000, 3000, 4000, 1, "NT") == (nt["constants"], nt["blocks_per_sm"])
+    for layout in ("NN", "TN", "TT"):  # the main set
+        assert model.constants_for(fitted, 2000, 3000, 4000, 1, layout)[0] is fitted["constants"]
+    assert model.constants_for(fitted, 64, 64, 64, 1, "NT")[0] is fitted["small"]["constants"]
 
 
 def test_small_products_take_the_small_set_below_its_bound(fitted):

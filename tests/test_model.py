@@ -87,6 +87,10 @@ def test_the_calibration_data_loads_and_refits_to_the_shipped_constants(fitted):
     assert doc["small"]["below_macs"] == fitted["small"]["below_macs"] == suites.DRAW["min_macs"]
     with pytest.raises(ValueError, match="not a calibration of small products"):
         calibration.model_table(files, files[:1])  # event-timed calibrations are not the small set
+    with pytest.raises(ValueError, match="is a calibration in NT; pass it with --layouts"):
+        calibration.model_table(nt)
+    with pytest.raises(ValueError, match="a layout's set is fitted to the bench draw's"):
+        calibration.model_table(files, (), small)
 
 
 def test_the_h200_table_refits_from_its_calibration_data():
@@ -148,6 +152,13 @@ def test_the_selection_takes_the_model_where_no_table_holds_the_shape(fitted, tm
     assert sel("NN", 4095, 4095, 4095, 1)[1] == "shipped"
     assert sel("NN", 3000, 3000, 3000, 1) == (tuned["config"], "tuned")
     assert sel("NN", 3500, 3500, 3500, 1) == (tuned["config"], "tuned")
+    # another layout: its own bucket entry before NN's entry for the very shape (borrowed)
+    own = {"config": dict(model.TILES["128x64"], splits=1), "shape": [4096, 4096, 4096, 1]}
+    sel._user = {selection.shape_key("NN", 3968, 4096, 4096, 1): {**tuned, "shape": [3968, 4096, 4096, 1]},
+                 selection.entry_key("NT", selection.bucket(3968, 4096, 4096, 1)): own}
+    sel._memo.clear()
+    assert sel("NT", 3968, 4096, 4096, 1) == (own["config"], "tuned")
+    assert sel("TN", 3968, 4096, 4096, 1) == (tuned["config"], "tuned")  # none of its own: NN's
     other = SimpleNamespace(**{**props.__dict__, "name": "Another GPU"})
     assert selection.Selector(other, "1", "13.0")("NN", 777, 999, 1111, 1)[1] == "heuristic"
 

@@ -3,7 +3,7 @@ constants that minimise the squared error of log time, by Levenberg-Marquardt wi
 the model table the selection reads (``tilegemm/tables/model-<gpu>.json``).
 
     python -m tilegemm.calibration fit CALIBRATION.json ... [--small CALIBRATION-SMALL.json ...] \
-        --out src/tilegemm/tables/model-<gpu>.json
+        [--layouts CALIBRATION-NT.json ...] --out src/tilegemm/tables/model-<gpu>.json
 
 The main set of constants is fitted to the bench draw's calibrations, the small products' set
 (``--small``) to calibrations of ``calibrate.py --small``, timed from CUDA graphs; it applies below
@@ -129,7 +129,15 @@ def small_bound(paths) -> int:
 
 def model_table(files, small_files=(), layout_files=()) -> tuple[dict, str]:
     """The model table fitted to calibration ``files`` (``small_files`` for the small products' set,
-    ``layout_files`` for a set per layout they were measured in), and a line saying what was fitted."""
+    ``layout_files`` for a set per layout they were measured in), and a line saying what was fitted.
+    The main and small sets take NN calibrations only; a layout's set, calibrations of the bench
+    draw (timed call by call, not from graphs)."""
+    for f in (*files, *small_files):
+        if _read(f, None).get("layout", "NN") != "NN":
+            raise ValueError(f"{f} is a calibration in {_read(f, None)['layout']}; pass it with --layouts")
+    for f in layout_files:
+        if _read(f, None).get("timer") == "graph":
+            raise ValueError(f"{f} is a calibration of small products; a layout's set is fitted to the bench draw's")
     rows, per_sm, sms, gpu = load_calibration(files)
     consts, rms = fit(rows, per_sm, sms)
     doc = {"schema": 1, "kind": "model", "gpu": gpu, "sms": sms, "command": results.command(prog="python -m tilegemm.calibration"),

@@ -174,12 +174,14 @@ def lookup(entries: dict, layout: str, M: int, N: int, K: int, count: int) -> di
     return found[0] if found else None
 
 
-def lookups(entries: dict, layout: str, M: int, N: int, K: int, count: int, exact: bool = False):
+def lookups(entries: dict, layout: str, M: int, N: int, K: int, count: int, exact: bool = False,
+            layouts: tuple | None = None):
     """(config, the layout it was tuned for) of every entry that can serve this shape, in order:
     this layout's entry for the exact shape, then for its bucket, then NN's exact and bucket ones;
-    with ``exact``, only entries measured on this very shape (their "shape")."""
+    with ``exact``, only entries measured on this very shape (their "shape"); ``layouts``: only
+    the entries of these layouts (default: this layout's, then NN's)."""
     b = bucket(M, N, K, count)
-    for lay in dict.fromkeys((layout, "NN")):
+    for lay in layouts or dict.fromkeys((layout, "NN")):
         for key in (shape_key(lay, M, N, K, count), entry_key(lay, b)):
             e = entries.get(key)
             if e and (not exact or list(e.get("shape", ())) == [M, N, K, count]):
@@ -222,17 +224,19 @@ class Selector:
 
     def source(self, layout, M, N, K, count) -> tuple[dict, str]:
         """(config, where it came from: "tuned", "shipped", "model" or "heuristic"), not memoised.
-        Entries measured on this very shape first (the user's, then the shipped table's), then the
-        user's bucket entries, then, where this GPU has no model table, the shipped table's (its
-        bucket's other shapes can fill their waves quite differently: 4095^3's config ran 3000^3
-        at 0.85x cuBLAS)."""
+        This layout's entries first: those measured on this very shape (the user's, then the shipped
+        table's), then the user's bucket entry; then the same three of NN's, borrowed; then, where
+        this GPU has no model table, the shipped table's buckets (a bucket's other shapes can fill
+        their waves quite differently: 4095^3's config ran 3000^3 at 0.85x cuBLAS)."""
         user, shipped = self.tables()
         limits = Limits.from_props(self.props)
-        passes = [("tuned", user, True), ("shipped", shipped, True), ("tuned", user, False)]
+        passes = []
+        for lays in dict.fromkeys(((layout,), ("NN",))):
+            passes += [("tuned", user, True, lays), ("shipped", shipped, True, lays), ("tuned", user, False, lays)]
         if not self._has_model():
-            passes.append(("shipped", shipped, False))
-        for name, entries, exact in passes:
-            for cfg, tuned_for in lookups(entries, layout, M, N, K, count, exact):
+            passes.append(("shipped", shipped, False, None))
+        for name, entries, exact, lays in passes:
+            for cfg, tuned_for in lookups(entries, layout, M, N, K, count, exact, lays):
                 if check_config(cfg, limits) or (tuned_for != layout and spills(cfg, layout, self.props.arch)):
                     continue  # the next entry that can serve the shape
                 return cfg, name

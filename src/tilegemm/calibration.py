@@ -133,11 +133,15 @@ def model_table(files, small_files=(), layout_files=()) -> tuple[dict, str]:
     The main and small sets take NN calibrations only; a layout's set, calibrations of the bench
     draw (timed call by call, not from graphs)."""
     for f in (*files, *small_files):
-        if _read(f, None).get("layout", "NN") != "NN":
-            raise ValueError(f"{f} is a calibration in {_read(f, None)['layout']}; pass it with --layouts")
+        layout = _read(f, None).get("layout", "NN")
+        if layout != "NN":
+            raise ValueError(f"{f} is a calibration in {layout}; pass it with --layouts")
+    by_layout: dict = {}
     for f in layout_files:
-        if _read(f, None).get("timer") == "graph":
+        d = _read(f, None)
+        if d.get("timer") == "graph":
             raise ValueError(f"{f} is a calibration of small products; a layout's set is fitted to the bench draw's")
+        by_layout.setdefault(d.get("layout", "NN"), []).append(f)
     rows, per_sm, sms, gpu = load_calibration(files)
     consts, rms = fit(rows, per_sm, sms)
     doc = {"schema": 1, "kind": "model", "gpu": gpu, "sms": sms, "command": results.command(prog="python -m tilegemm.calibration"),
@@ -153,15 +157,12 @@ def model_table(files, small_files=(), layout_files=()) -> tuple[dict, str]:
                         "fitted_on": [Path(x).name for x in small_files], "rows": len(s_rows),
                         "rms_log_error": s_rms, "blocks_per_sm": s_per_sm, "constants": s_consts}
         said += f"; small products: {len(s_consts)} constants to {len(s_rows)} timings, rms log error {s_rms:.3f}"
-    by_layout: dict = {}
-    for f in layout_files:
-        by_layout.setdefault(_read(f, gpu).get("layout", "NN"), []).append(f)
     for layout, fs in sorted(by_layout.items()):
         if layout == "NN":
             raise ValueError(f"{fs[0]} is a calibration in NN, which the main set is fitted to; pass it there")
-        l_rows, l_per_sm, l_sms, _ = load_calibration(fs)
-        if l_sms != sms or any(r["layout"] != layout for r in l_rows):
-            raise ValueError(f"the {layout} calibrations mix layouts or GPUs")
+        l_rows, l_per_sm, l_sms, l_gpu = load_calibration(fs)
+        if (l_gpu, l_sms) != (gpu, sms) or any(r["layout"] != layout for r in l_rows):
+            raise ValueError(f"the {layout} calibrations mix layouts, or are of {l_gpu}, the others of {gpu}")
         l_consts, l_rms = fit(l_rows, l_per_sm, sms)
         doc.setdefault("layouts", {})[layout] = {"fitted_on": [Path(x).name for x in fs], "rows": len(l_rows),
                                                   "rms_log_error": l_rms, "blocks_per_sm": l_per_sm,

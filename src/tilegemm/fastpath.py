@@ -7,7 +7,8 @@ file I/O.
 Calls of ``matmul`` and ``gemm`` (c, alpha and beta included; alpha and beta as Python numbers) on
 CuPy arrays or torch tensors only; everything else takes the full path.  A call's alpha and beta
 are part of its key (the stored launches hold them), so calls that change them every time would
-only fill the memo: it keeps at most ``SCALAR_VARIANTS`` (alpha, beta) pairs for the same arrays.  The memo holds at most ``LIMIT`` entries (the oldest goes
+only fill the memo: it keeps at most ``SCALAR_VARIANTS`` (alpha, beta) pairs for the same arrays
+(counted on a miss, never on a hit).  The memo holds at most ``LIMIT`` entries (the oldest goes
 first); ``clear()`` empties it.
 """
 
@@ -27,7 +28,6 @@ SCALAR_VARIANTS = 8  # (alpha, beta) pairs remembered for one set of array metad
 MISS = object()
 
 _memo: dict[tuple, "Entry"] = {}
-_variants: dict[tuple, int] = {}  # entries in _memo per key without its scalars
 _lock = threading.Lock()
 
 
@@ -155,23 +155,17 @@ def remember(p: Plan, program: Program | None, generation: int | None = None, c=
         if key in _memo:
             _memo[key] = entry
             return
-        if _variants.get(key[0], 0) >= SCALAR_VARIANTS:
+        if sum(k[0] == key[0] for k in _memo) >= SCALAR_VARIANTS:
             return  # alpha or beta changes from call to call: those calls take the full path
         if len(_memo) >= LIMIT:
-            old = next(iter(_memo))
-            del _memo[old]
-            _variants[old[0]] -= 1
-            if not _variants[old[0]]:
-                del _variants[old[0]]
+            del _memo[next(iter(_memo))]
         _memo[key] = entry
-        _variants[key[0]] = _variants.get(key[0], 0) + 1
 
 
 def clear() -> None:
     """Forget every remembered call (the next call of each takes the full path again)."""
     with _lock:
         _memo.clear()
-        _variants.clear()
 
 
 def size() -> int:

@@ -10,8 +10,9 @@ path does no file I/O:
    (``tilegemm/tables/model-<gpu>.json``, a set for small products and one for the rest): the
    candidate it predicts fastest;
 4. the heuristic below (any GPU).
-Entries measured on the very shape come first, from either table; then the user's entries of the
-shape's bucket (M, N, K and the batch count each rounded to the nearest power of two): the tuning
+Per layout (the call's, then NN's, whose configs it may borrow): entries measured on the very shape
+come first, from either table; then the user's entry of the shape's bucket (M, N, K and the batch
+count each rounded to the nearest power of two; ``Selector.source`` gives the order): the tuning
 cache keeps each tuned shape under its own key and its bucket's, and a shape whose bucket holds an
 entry counts as tuned (``TILEGEMM_AUTOTUNE=1`` does not tune it again).  Shipped tables
 (``tilegemm tune --ship``) hold bucket keys with the shape each entry was measured on; on a GPU

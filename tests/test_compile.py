@@ -420,6 +420,27 @@ def test_rung10_is_wgmma_fed_by_tma(layout, passes, tma):
         spec.compile({"tg_mma_passes": passes}, layout=layout, arch="sm_80")
 
 
+@pytest.mark.parametrize("layout", registry.LAYOUTS)
+@pytest.mark.parametrize("cfg", [{}, {"bm": 64}, {"tg_tma": 0, "rs": 3}, {"bm": 64, "tg_mma_passes": 1}])
+def test_rung10_launches_with_the_registers_its_warpgroups_take(layout, cfg):
+    """Rung 10's warpgroups move registers with setmaxnreg: the producer gives its 128 threads' down
+    to 40, each consumer thread takes 232 (240 with one consumer warpgroup); the block's launch
+    registers must hold that much, else setmaxnreg.inc waits forever.  No spills or local memory in
+    any variant the Hopper path runs (the persistent walk over tiles included)."""
+    import re
+
+    spec = registry.WGMMA_FAMILY
+    k = spec.compile(cfg, layout=layout, arch="sm_90")
+    p = spec.params(cfg)
+    consumers = p["bm"] // 64
+    listing = sass.disassemble(k.cubin)
+    asked = sorted(int(v, 16) for v in re.findall(r"USETMAXREG\.\S+ (?:UP\d, )?(0x[0-9a-f]+)", listing))
+    take = 232 if consumers == 2 else 240
+    assert asked == [40, take]
+    assert k.resources.registers * 128 * (1 + consumers) >= 128 * 40 + 128 * consumers * take
+    assert k.resources.spills == 0 and k.resources.stack_bytes == 0 and not sass.uses_local_memory(listing)
+
+
 @pytest.mark.parametrize("cfg", [{}, {"tg_p_mn": 1}, {"tg_p_mn": 1, "tg_swap": 1}, {"bn": 128, "tg_p_mn": 1}])
 def test_the_tf32_kernel_streams_both_operands_to_wgmma(cfg):
     """wgmma_tf32.cu (precision "tf32" on Hopper) builds for sm_90a without spills or local memory: per

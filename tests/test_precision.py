@@ -141,7 +141,8 @@ def test_on_hopper_tensor_core_calls_run_rung_10s_kernel_split_over_k(stubs, mon
     prog = dispatch.build(plan(a, b, op("out", (4096, 4096), ptr=PD), precision=precision), 0, (PA, PB, 0, PD),
                           lambda *k: pytest.fail("no mma.sync config is chosen"))
     (mm,) = prog.steps
-    assert mm.go.grid == (32 * 32, 1, 1) and prog.config["splits"] == 1 and prog.work_floats == 0
+    # persistent: a block an SM, walking the 1024 tiles
+    assert mm.go.grid == (132, 1, 1) and prog.config["splits"] == 1 and prog.work_floats == 0
     # an operand TMA cannot read (rows of 511 floats): copied first into rows of 512 in the workspace,
     # which the tensor map then reads; B (rows of 4096) is read where it is
     a, b = op("a", (4096, 511), ptr=PA), op("b", (511, 4096), ptr=PB)
@@ -173,6 +174,7 @@ def test_on_hopper_tensor_core_calls_run_rung_10s_kernel_split_over_k(stubs, mon
     prog = dispatch.build(plan(a, b, op("out", (4096, 4096), ptr=PD), precision=precision), 0, (PA, PB, 0, PD),
                           lambda *k: pytest.fail("no mma.sync config is chosen"))
     assert prog.config["tg_tma"] == 0 and prog.config["pack"] == 0 and prog.steps[0].maps == ()
+    assert prog.steps[0].go.grid == (32 * 32, 1, 1)  # a block a tile: no walk without TMA
 
 
 def test_the_hopper_path_takes_64_row_tiles_where_128_rows_waste_the_gpu():

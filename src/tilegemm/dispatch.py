@@ -190,6 +190,7 @@ def _rung(p, g, device, at, offs) -> list[Step]:
     if grid[1] > 65535 or grid[0] > 2**31 - 1:
         raise ValueError(f"M = {g.M} is too large for {p.kernel}'s grid (at most 65535 block rows)")
     if fn.signature is WGMMA:
+        grid = hopper.wgmma_grid(grid[0], gpu.device_properties(device).sms, fn.params["tg_tma"])
         return [tma_step(p, g, fn, grid, at, offs, vector_width((at[A], g.lda, sa), (at[B], g.ldb, sb)))]
     args = tuple(RUNG.values(M=g.M, N=g.N, K=g.K, A=0, lda=g.lda, B=0, ldb=g.ldb, C=0, ldc=g.ldd))
     ptrs = ((RUNG.slot("A"), A, offs[A]), (RUNG.slot("B"), B, offs[B]), (RUNG.slot("C"), D, offs[D]))
@@ -218,7 +219,7 @@ def _wgmma_family(p, g, device, at, offs, beta) -> tuple[list[Step], int, dict]:
     c = hopper.wgmma_config(g.layout, g.M, g.N, g.K, aligned, sms)
     pack, bm, splits, k_split = c["pack"], c["bm"], c["splits"], c["k_split"]
     fn = wgmma_launcher(g.layout, device, registry.PRECISIONS[p.precision], pack is not None, bm)
-    grid = fn.spec.grid(g.M, g.N, fn.params)
+    grid = hopper.wgmma_grid(fn.spec.grid(g.M, g.N, fn.params)[0], sms, pack is not None)
     ldw = aligned_cols(g.N)
     work = splits * g.M * ldw if splits > 1 else 0
     steps, src = [], [(A, offs[A], g.lda), (B, offs[B], g.ldb)]

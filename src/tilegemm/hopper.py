@@ -53,6 +53,13 @@ def _least(K: int, options) -> tuple:
     return best[1:]
 
 
+def wgmma_grid(tiles: int, sms: int, tma: bool = True) -> tuple[int, int, int]:
+    """Rung 10's grid for one split over K: persistent, at most a block an SM, each walking tiles x,
+    x + blocks, ... (10_wgmma_tf32x3.cu); a block a tile where its producer copies tiles by cp.async
+    (``tma`` false: its consumers have no registers to spare for the walk)."""
+    return (min(tiles, sms) if tma else tiles, 1, 1)
+
+
 def wgmma_time(M: int, N: int, K: int, sms: int, bm: int, splits: int) -> tuple[float, int, int]:
     """(predicted microseconds, splits, k_split) of rung 10's kernel on bm x 128 tiles split ``splits``
     ways over K."""

@@ -110,6 +110,49 @@ def test_the_copied_and_64_row_paths_on_hopper(cp):
     check(a, rng.standard_normal((1000, 300), dtype=np.float32), None, 1.0, 0.0, cp.empty((1, 300), np.float32))
 
 
+def test_rung10_blocks_walking_several_tiles(cp, monkeypatch):
+    """The persistent walk: blocks take one tile or several, in unequal numbers, with one or two k
+    tiles each (the stages' phases carried from tile to tile), 64-row tiles and splits over K forced,
+    beta and C; each result bitwise the one a block a tile gives, and against float64.  Without TMA
+    (the producer's cp.async) a block a tile."""
+    from tilegemm import hopper
+
+    rng = cp.random.default_rng(6)
+    plan = hopper.wgmma_plan
+
+    def run(M, N, K, force=None, beta=0.0, layout="NN", walk=True):
+        a = rng.standard_normal((K, M) if layout[0] == "T" else (M, K), dtype=np.float32)
+        b = rng.standard_normal((N, K) if layout[1] == "T" else (K, N), dtype=np.float32)
+        a, b = (a.T if layout[0] == "T" else a), (b.T if layout[1] == "T" else b)
+        c = rng.standard_normal((M, N), dtype=np.float32)
+        outs = []
+        for grid in ((lambda tiles, sms, tma=True: (tiles, 1, 1)), hopper.wgmma_grid):
+            monkeypatch.setattr(hopper, "wgmma_grid", grid)
+            if force:
+                monkeypatch.setattr(hopper, "wgmma_plan", lambda M_, N_, K_, sms=132, rows=(128, 64): (
+                    force[0], force[1], -(-(-(-K_ // force[1])) // 32) * 32))
+            tilegemm.clear_caches()
+            out = cp.full((M, N), np.nan, np.float32)
+            tilegemm.gemm(a, b, c, alpha=1.5, beta=beta, out=out, precision="tf32x3")
+            outs.append(out)
+            monkeypatch.setattr(hopper, "wgmma_plan", plan)
+        ref = 1.5 * (cp.asarray(a, np.float64) @ cp.asarray(b, np.float64)) + beta * cp.asarray(c, np.float64)
+        assert _err(cp, outs[1], ref) < TOL["tf32x3"], (M, N, K, force, layout)
+        assert bool(cp.array_equal(outs[0], outs[1])), (M, N, K, force, layout)
+
+    try:
+        for layout in ("NN", "NT", "TN", "TT"):
+            run(2000, 1900, 20, layout=layout)        # 240 tiles: blocks of 1 and 2 tiles, a k tile each
+            run(3000, 3000, 60, beta=-0.5, layout=layout)  # 576 tiles: 4 or 5 a block, 2 k tiles each
+        run(1000, 4000, 100, force=(64, 1))           # 64-row tiles: 16 x 32 = 512
+        run(1000, 2000, 4100, force=(128, 3), beta=2.0)  # 3 splits over K, 128 tiles each
+        run(2000, 1900, 333)                          # K not a multiple of the k tile
+        monkeypatch.setattr(hopper, "PACK_LIMIT", -1)  # unaligned: the producer's cp.async, a block a tile
+        run(1001, 1999, 99)
+    finally:
+        tilegemm.clear_caches()
+
+
 def _err(cp, out, ref):
     return float(cp.linalg.norm(out.astype(np.float64) - ref) / cp.linalg.norm(ref))
 

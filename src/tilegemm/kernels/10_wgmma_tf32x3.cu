@@ -19,6 +19,11 @@
 //   their A fragments, split them in registers, and issue three wgmma per k step of 8 (big*big into
 //   the k tile's sum, big*small and small*big into the small sums); setmaxnreg moves registers from
 //   the producer (40) to the consumers (232: three 64-float sets of sums per thread).
+// - Persistent (tiles copied by TMA): a block an SM (for each split over K), walking tiles x,
+//   x + gridDim.x, ...; its k
+//   tiles are numbered over all its tiles, so the producer fills the next tile's stages while the
+//   consumers store the last one's sums (a block a tile paid the pipeline's fill and the stores at
+//   every tile).
 // - Pipeline: mbarriers instead of __syncthreads.  RS stages of raw B (b_full: the TMA bytes
 //   landed; the producer reuses a stage once its own threads are done with it) and SS stages of
 //   [raw A | B big | B small] (a_full: A's bytes landed; s_full: the 128 producer threads wrote B's
@@ -49,6 +54,11 @@
 #ifndef SWIZZLE
 #define SWIZZLE 8
 #endif
+// registers a thread after setmaxnreg (launched with 65536 / NT, rounded down to 8: 168 or 256): the
+// producer's 128 threads give theirs up to the consumers, which hold three 64-float sets of sums;
+// 128 x 40 + 256 x 232 = 64512 <= 384 x 168 (BM = 64 takes 240: at 232 its consumer spilled)
+#define PRODUCER_REGS 40
+#define CONSUMER_REGS (BM == 128 ? 232 : 240)
 #ifndef TG_TMA
 #define TG_TMA 1  // 1: tiles copied by TMA; 0: by the producer's cp.async (any alignment; see load_tile)
 #endif
@@ -137,6 +147,8 @@ __device__ __forceinline__ void load_tile(unsigned dst, const float *G, tg_idx l
 // C = A B: alpha, beta and a separate C, and split-K (block z sums k in [z k_split, (z + 1) k_split),
 // k_split a multiple of BK so that only the last split reads past K, where TMA gives zeros, and
 // writes D + z sD; the host adds the splits, splitk_reduce.cu).  TG_MMA_PASSES = 1 makes it TF32.
+// Persistent: at most a block an SM for each split; block x takes tiles x, x + gridDim.x, ... (with
+// TG_TMA = 0 a block a tile: hopper.wgmma_grid).
 extern "C" __global__ void __launch_bounds__(NT, 1)
     tilegemm_wgmma(int M, int N, int K, const __grid_constant__ TgTensorMap tA, const __grid_constant__ TgTensorMap tB,
                    const float *A, long long lda, const float *B, long long ldb, const float *C, long long ldc,
@@ -151,10 +163,18 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     auto s_empty = [&](int s) { return bar0 + 8 * (RS + 2 * SS + s); };
     const int tid = threadIdx.x, wg = tid / 128;
 
-    int m0, n0;
-    tg_tile_origin<BM, BN>(blockIdx.x, M, N, SWIZZLE, m0, n0);
-    const int k0 = blockIdx.z * k_split;
-    const int T = (min(K - k0, k_split) + BK - 1) / BK;  // k tiles from k0 (the last may run past K)
+    // the block's k tiles, numbered j over all its tiles: the stages and phases follow j, so the
+    // producer fills the next tile's stages while the consumers store the last one's sums.  T: k
+    // tiles of a tile from k0 (the last may run past K); J: the block's.  (Computed by each
+    // warpgroup after setmaxnreg: values held across it must fit the producer's 40 registers.)
+    // TG_TMA = 0 (the cp.async producer, for operands too large to copy into aligned rows): a block a
+    // tile, launched as such (tiles of its own walked, its consumers spill: too few registers)
+    const auto count = [&](int &k0, int &T, int &J) {
+        const int tiles = ((M + BM - 1) / BM) * ((N + BN - 1) / BN);
+        k0 = blockIdx.z * k_split;
+        T = (min(K - k0, k_split) + BK - 1) / BK;
+        J = !TG_TMA ? T : (int)blockIdx.x < tiles ? T * ((tiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1) : 0;
+    };
 
     if (tid == 0) {
         for (int r = 0; r < RS; ++r) tg_mbar_init(b_full(r), TG_TMA ? 1 : 128);
@@ -168,121 +188,142 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     __syncthreads();
 
     if (wg == 0) {  // ------------------------------------------------ the producer warpgroup
-        tg_setmaxnreg_dec40();
-        auto load_b = [&](int kt, int r) {  // B's k tile kt into raw stage r (coordinates innermost first)
+        tg_setmaxnreg_dec<PRODUCER_REGS>();
+        int k0, T, J;
+        count(k0, T, J);
+        // the origin (m0, n0) and first k of the block's k tile j
+        auto at = [&](int j, int &m0, int &n0) {
+            tg_tile_origin<BM, BN>(blockIdx.x + (j / T) * gridDim.x, M, N, SWIZZLE, m0, n0);
+            return k0 + (j % T) * BK;
+        };
+        auto load_b = [&](int j, int r) {  // B's k tile of j into raw stage r (coordinates innermost first)
+            int m0, n0;
+            const int kb = at(j, m0, n0);
             if (!TG_TMA) {
-                load_tile<1, (bool)TG_TRANS_B>(rb0 + r * TILE, B, ldb, n0, N, k0 + kt * BK, K, b_full(r), tid);
+                load_tile<1, (bool)TG_TRANS_B>(rb0 + r * TILE, B, ldb, n0, N, kb, K, b_full(r), tid);
             } else if (tid == 0) {
                 tg_mbar_expect_tx(b_full(r), TILE);
-                if (TG_TRANS_B) tg_tma_2d(rb0 + r * TILE, &tB, k0 + kt * BK, n0, b_full(r));
-                else            tg_tma_2d(rb0 + r * TILE, &tB, n0, k0 + kt * BK, b_full(r));
+                if (TG_TRANS_B) tg_tma_2d(rb0 + r * TILE, &tB, kb, n0, b_full(r));
+                else            tg_tma_2d(rb0 + r * TILE, &tB, n0, kb, b_full(r));
             }
         };
-        auto load_a = [&](int kt, int s) {  // A's k tile straight into stage s (BM / 32 32-column boxes when column-major)
+        auto load_a = [&](int j, int s) {  // A's k tile of j straight into stage s (BM / 32 32-column boxes when column-major)
             const unsigned st = st0 + s * S_STAGE;
+            int m0, n0;
+            const int kb = at(j, m0, n0);
             if (!TG_TMA) {
-                load_tile<0, !TG_TRANS_A>(st, A, lda, m0, M, k0 + kt * BK, K, a_full(s), tid);
+                load_tile<0, !TG_TRANS_A>(st, A, lda, m0, M, kb, K, a_full(s), tid);
             } else if (tid == 0) {
                 tg_mbar_expect_tx(a_full(s), A_TILE);
                 if (TG_TRANS_A)
-                    for (int q = 0; q < BM / 32; ++q) tg_tma_2d(st + q * 32 * BK * 4, &tA, m0 + 32 * q, k0 + kt * BK, a_full(s));
+                    for (int q = 0; q < BM / 32; ++q) tg_tma_2d(st + q * 32 * BK * 4, &tA, m0 + 32 * q, kb, a_full(s));
                 else
-                    tg_tma_2d(st, &tA, k0 + kt * BK, m0, a_full(s));
+                    tg_tma_2d(st, &tA, kb, m0, a_full(s));
             }
         };
         // every stage is free at the start: the first SS tiles of A are requested at once (requested
         // one tile at a time, behind each split, the second tile's A arrived a whole latency late)
-        for (int kt = 0; kt < RS && kt < T; ++kt) load_b(kt, kt);
-        for (int kt = 0; kt < SS && kt < T; ++kt) load_a(kt, kt);
-        for (int kt = 0; kt < T; ++kt) {
-            const int r = kt % RS, s = kt % SS;
+        for (int j = 0; j < RS && j < J; ++j) load_b(j, j);
+        for (int j = 0; j < SS && j < J; ++j) load_a(j, j);
+        for (int j = 0; j < J; ++j) {
+            const int r = j % RS, s = j % SS;
             const unsigned st = st0 + s * S_STAGE;
-            if (kt >= SS) {
-                tg_mbar_wait(s_empty(s), ((kt / SS) & 1) ^ 1);  // the consumers are done with stage s
-                load_a(kt, s);
+            if (j >= SS) {
+                tg_mbar_wait(s_empty(s), ((j / SS) & 1) ^ 1);  // the consumers are done with stage s
+                load_a(j, s);
             }
-            tg_mbar_wait(b_full(r), (kt / RS) & 1);
+            tg_mbar_wait(b_full(r), (j / RS) & 1);
             split_b<(bool)TG_TRANS_B>(reinterpret_cast<const float *>(smem + (rb0 - s0) + r * TILE), st + A_TILE,
                                       st + A_TILE + TILE, tid);
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // our stores, then wgmma's reads
             tg_mbar_arrive(s_full(s));
             asm volatile("bar.sync 1, 128;" ::: "memory");  // every producer thread is done with raw B stage r
-            if (kt + RS < T) load_b(kt + RS, r);
+            if (j + RS < J) load_b(j + RS, r);
         }
         return;
     }
 
     // ---------------------------------------------------------------- the consumer warpgroups
-    tg_setmaxnreg_inc232();
+    tg_setmaxnreg_inc<CONSUMER_REGS>();
+    int k0, T, J;
+    count(k0, T, J);
     const int c = wg - 1, w = (tid % 128) / 32, g = (tid % 32) / 4, t = tid % 4;
     const int r0 = 64 * c + 16 * w + g;  // this lane's A rows: r0 and r0 + 8
     float acc[64], big[64], lo[64];  // all of K in FP32; a k tile's big products; the small ones
 #pragma unroll
-    for (int i = 0; i < 64; ++i) acc[i] = lo[i] = big[i] = 0.0f;
-    for (int kt = 0; kt < T; ++kt) {
-        const int s = kt % SS;
-        const unsigned st = st0 + s * S_STAGE, bb = st + A_TILE, bs = st + A_TILE + TILE;
-        tg_mbar_wait(a_full(s), (kt / SS) & 1);
-        const float *ra = reinterpret_cast<const float *>(smem + s * S_STAGE);
-        tg_mbar_wait(s_full(s), (kt / SS) & 1);
-        // k step j: A's fragment split into ab / as[j % 2] (the wgmma of step j - 2, which read those
-        // registers, are waited for first: one group of three wgmma per step, one group left in
-        // flight), then three wgmma on B's core-matrix columns 2j, 2j + 1
-        unsigned ab[2][4], as[2][4];
+    for (int i = 0; i < 64; ++i) big[i] = 0.0f;  // (each k tile's first wgmma overwrites it)
+    for (int j0 = 0; j0 < J; j0 += T) {  // the block's tiles, T k tiles each
 #pragma unroll
-        for (int j = 0; j < BK / 8; ++j) {
-            if (j >= 2) tg_wgmma_wait<1>();
+        for (int i = 0; i < 64; ++i) acc[i] = lo[i] = 0.0f;
+        for (int jj = j0; jj < j0 + T; ++jj) {
+            const int s = jj % SS;
+            const unsigned st = st0 + s * S_STAGE, bb = st + A_TILE, bs = st + A_TILE + TILE;
+            tg_mbar_wait(a_full(s), (jj / SS) & 1);
+            const float *ra = reinterpret_cast<const float *>(smem + s * S_STAGE);
+            tg_mbar_wait(s_full(s), (jj / SS) & 1);
+            // k step j: A's fragment split into ab / as[j % 2] (the wgmma of step j - 2, which read those
+            // registers, are waited for first: one group of three wgmma per step, one group left in
+            // flight), then three wgmma on B's core-matrix columns 2j, 2j + 1
+            unsigned ab[2][4], as[2][4];
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const float x = a_at(ra, r0 + 8 * (e % 2), 8 * j + t + 4 * (e / 2));
-                ab[j % 2][e] = tg_tf32(x);
-                as[j % 2][e] = tg_tf32_small(x - __uint_as_float(ab[j % 2][e]));
-            }
-            tg_wgmma_fence();
-            const unsigned k = j * 2 * LBO;
-            tg_wgmma_128_rs(big, ab[j % 2], tg_desc(bb + k, LBO, SBO), j > 0);
-            if (TG_MMA_PASSES == 3) {
-                tg_wgmma_128_rs(lo, ab[j % 2], tg_desc(bs + k, LBO, SBO), 1);
-                tg_wgmma_128_rs(lo, as[j % 2], tg_desc(bb + k, LBO, SBO), 1);
-            }
-            tg_wgmma_commit();
-        }
-        tg_wgmma_wait<0>();
-        tg_mbar_arrive(s_empty(s));
+            for (int j = 0; j < BK / 8; ++j) {
+                if (j >= 2) tg_wgmma_wait<1>();
 #pragma unroll
-        for (int i = 0; i < 64; ++i) acc[i] += big[i];  // the k tile's big products, added in FP32
-    }
-
-    // acc[4j + i] + lo[4j + i] is (A B)(m0 + 64c + 16w + g + 8 (i / 2), n0 + 8j + 2t + i % 2): a lane
-    // holds pairs of adjacent columns, stored as one 8-byte access where D (and C, when read) allow
-    // it, so that a warp's store fills whole 32-byte sectors (4-byte stores: half of each of 8)
-    D += blockIdx.z * sD;
-    const auto even = [](const float *p, long long ld) { return ((reinterpret_cast<unsigned long long>(p) | (unsigned long long)ld * 4) & 7) == 0; };
-    const bool pairs = even(D, ldd) && (beta == 0.0f || even(C, ldc));
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int m = m0 + r0 + 8 * h;
-        if (m >= M) continue;
-        float *row = D + (tg_idx)m * ldd;
-        const float *crow = C + (tg_idx)m * ldc;
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-            const int n = n0 + 8 * j + 2 * t;
-            float v[2];
-#pragma unroll
-            for (int e = 0; e < 2; ++e) v[e] = alpha * tg_mma_sum(acc[4 * j + 2 * h + e], lo[4 * j + 2 * h + e]);
-            if (pairs && n + 1 < N) {
-                if (beta != 0.0f) {
-                    const float2 cv = *reinterpret_cast<const float2 *>(crow + n);
-                    v[0] += beta * cv.x;
-                    v[1] += beta * cv.y;
+                for (int e = 0; e < 4; ++e) {
+                    const float x = a_at(ra, r0 + 8 * (e % 2), 8 * j + t + 4 * (e / 2));
+                    ab[j % 2][e] = tg_tf32(x);
+                    as[j % 2][e] = tg_tf32_small(x - __uint_as_float(ab[j % 2][e]));
                 }
-                *reinterpret_cast<float2 *>(row + n) = make_float2(v[0], v[1]);
-            } else {
+                tg_wgmma_fence();
+                const unsigned k = j * 2 * LBO;
+                tg_wgmma_128_rs(big, ab[j % 2], tg_desc(bb + k, LBO, SBO), j > 0);
+                if (TG_MMA_PASSES == 3) {
+                    tg_wgmma_128_rs(lo, ab[j % 2], tg_desc(bs + k, LBO, SBO), 1);
+                    tg_wgmma_128_rs(lo, as[j % 2], tg_desc(bb + k, LBO, SBO), 1);
+                }
+                tg_wgmma_commit();
+            }
+            tg_wgmma_wait<0>();
+            tg_mbar_arrive(s_empty(s));
 #pragma unroll
-                for (int e = 0; e < 2; ++e)
-                    if (n + e < N) row[n + e] = beta != 0.0f ? v[e] + beta * crow[n + e] : v[e];
+            for (int i = 0; i < 64; ++i) acc[i] += big[i];  // the k tile's big products, added in FP32
+        }
+
+        // acc[4j + i] + lo[4j + i] is (A B)(m0 + 64c + 16w + g + 8 (i / 2), n0 + 8j + 2t + i % 2): a lane
+        // holds pairs of adjacent columns, stored as one 8-byte access where D (and C, when read) allow
+        // it, so that a warp's store fills whole 32-byte sectors (4-byte stores: half of each of 8)
+        // (what the stores need is computed here, not held through the k loop: registers)
+        int m0, n0;
+        tg_tile_origin<BM, BN>(blockIdx.x + (j0 / T) * gridDim.x, M, N, SWIZZLE, m0, n0);
+        float *Dz = D + blockIdx.z * sD;
+        const auto even = [](const float *p, long long ld) { return ((reinterpret_cast<unsigned long long>(p) | (unsigned long long)ld * 4) & 7) == 0; };
+        const bool pairs = even(Dz, ldd) && (beta == 0.0f || even(C, ldc));
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int m = m0 + r0 + 8 * h;
+            if (m >= M) continue;
+            float *row = Dz + (tg_idx)m * ldd;
+            const float *crow = C + (tg_idx)m * ldc;
+#pragma unroll
+            for (int j = 0; j < 16; ++j) {
+                const int n = n0 + 8 * j + 2 * t;
+                float v[2];
+#pragma unroll
+                for (int e = 0; e < 2; ++e) v[e] = alpha * tg_mma_sum(acc[4 * j + 2 * h + e], lo[4 * j + 2 * h + e]);
+                if (pairs && n + 1 < N) {
+                    if (beta != 0.0f) {
+                        const float2 cv = *reinterpret_cast<const float2 *>(crow + n);
+                        v[0] += beta * cv.x;
+                        v[1] += beta * cv.y;
+                    }
+                    *reinterpret_cast<float2 *>(row + n) = make_float2(v[0], v[1]);
+                } else {
+#pragma unroll
+                    for (int e = 0; e < 2; ++e)
+                        if (n + e < N) row[n + e] = beta != 0.0f ? v[e] + beta * crow[n + e] : v[e];
+                }
             }
         }
-    }
+        __syncwarp();  // the warp converged again before the next tile's wgmma (.sync.aligned)
+    }  // tiles
 }

@@ -120,5 +120,8 @@ __device__ __forceinline__ void tg_wgmma_256_rs(float *d, const unsigned *a, uns
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
 }
 
-__device__ __forceinline__ void tg_setmaxnreg_dec40() { asm volatile("setmaxnreg.dec.sync.aligned.u32 40;" ::: "memory"); }
-__device__ __forceinline__ void tg_setmaxnreg_inc232() { asm volatile("setmaxnreg.inc.sync.aligned.u32 232;" ::: "memory"); }
+// setmaxnreg: a warpgroup gives up registers (dec) or takes them (inc), R per thread (a multiple of 8)
+template <int R>
+__device__ __forceinline__ void tg_setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(R) : "memory"); }
+template <int R>
+__device__ __forceinline__ void tg_setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R) : "memory"); }

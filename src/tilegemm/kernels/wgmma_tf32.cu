@@ -96,7 +96,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     __syncthreads();
 
     if (wg == 0) {  // ------------------------------------------------ the producer: one thread
-        tg_setmaxnreg_dec40();
+        tg_setmaxnreg_dec<40>();
         if (tid != 0) return;
         int it = 0;
         for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -119,7 +119,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     }
 
     // ---------------------------------------------------------------- the consumer warpgroups
-    tg_setmaxnreg_inc232();
+    tg_setmaxnreg_inc<232>();
     const int c = wg - 1, w = (tid % 128) / 32, g = (tid % 32) / 4, t = tid % 4;
     float acc[BN / 2];
 #pragma unroll

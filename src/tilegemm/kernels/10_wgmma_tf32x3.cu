@@ -191,14 +191,22 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         tg_setmaxnreg_dec<PRODUCER_REGS>();
         int k0, T, J;
         count(k0, T, J);
-        // the origin (m0, n0) and first k of the block's k tile j
-        auto at = [&](int j, int &m0, int &n0) {
-            tg_tile_origin<BM, BN>(blockIdx.x + (j / T) * gridDim.x, M, N, SWIZZLE, m0, n0);
-            return k0 + (j % T) * BK;
+        // where the A and B copies are in the block's walk: a tile and k tile each, stepped one k tile
+        // at a time (the origin computed once a tile: its divisions kept off the split's path)
+        struct Walk {
+            int tile, kt, m0, n0;
+        } wa, wb;
+        const auto start = [&](Walk &w) {
+            w.tile = blockIdx.x, w.kt = 0;
+            tg_tile_origin<BM, BN>(w.tile, M, N, SWIZZLE, w.m0, w.n0);
         };
-        auto load_b = [&](int j, int r) {  // B's k tile of j into raw stage r (coordinates innermost first)
-            int m0, n0;
-            const int kb = at(j, m0, n0);
+        const auto next = [&](Walk &w) {
+            if (++w.kt < T) return;
+            w.kt = 0, w.tile += gridDim.x;
+            tg_tile_origin<BM, BN>(w.tile, M, N, SWIZZLE, w.m0, w.n0);
+        };
+        auto load_b = [&](int r) {  // B's next k tile into raw stage r (coordinates innermost first)
+            const int kb = k0 + wb.kt * BK, n0 = wb.n0;
             if (!TG_TMA) {
                 load_tile<1, (bool)TG_TRANS_B>(rb0 + r * TILE, B, ldb, n0, N, kb, K, b_full(r), tid);
             } else if (tid == 0) {
@@ -206,11 +214,11 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
                 if (TG_TRANS_B) tg_tma_2d(rb0 + r * TILE, &tB, kb, n0, b_full(r));
                 else            tg_tma_2d(rb0 + r * TILE, &tB, n0, kb, b_full(r));
             }
+            next(wb);
         };
-        auto load_a = [&](int j, int s) {  // A's k tile of j straight into stage s (BM / 32 32-column boxes when column-major)
+        auto load_a = [&](int s) {  // A's next k tile straight into stage s (BM / 32 32-column boxes when column-major)
             const unsigned st = st0 + s * S_STAGE;
-            int m0, n0;
-            const int kb = at(j, m0, n0);
+            const int kb = k0 + wa.kt * BK, m0 = wa.m0;
             if (!TG_TMA) {
                 load_tile<0, !TG_TRANS_A>(st, A, lda, m0, M, kb, K, a_full(s), tid);
             } else if (tid == 0) {
@@ -220,17 +228,20 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
                 else
                     tg_tma_2d(st, &tA, kb, m0, a_full(s));
             }
+            next(wa);
         };
+        start(wa);
+        start(wb);
         // every stage is free at the start: the first SS tiles of A are requested at once (requested
         // one tile at a time, behind each split, the second tile's A arrived a whole latency late)
-        for (int j = 0; j < RS && j < J; ++j) load_b(j, j);
-        for (int j = 0; j < SS && j < J; ++j) load_a(j, j);
+        for (int j = 0; j < RS && j < J; ++j) load_b(j);
+        for (int j = 0; j < SS && j < J; ++j) load_a(j);
         for (int j = 0; j < J; ++j) {
             const int r = j % RS, s = j % SS;
             const unsigned st = st0 + s * S_STAGE;
             if (j >= SS) {
                 tg_mbar_wait(s_empty(s), ((j / SS) & 1) ^ 1);  // the consumers are done with stage s
-                load_a(j, s);
+                load_a(s);
             }
             tg_mbar_wait(b_full(r), (j / RS) & 1);
             split_b<(bool)TG_TRANS_B>(reinterpret_cast<const float *>(smem + (rb0 - s0) + r * TILE), st + A_TILE,
@@ -238,7 +249,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // our stores, then wgmma's reads
             tg_mbar_arrive(s_full(s));
             asm volatile("bar.sync 1, 128;" ::: "memory");  // every producer thread is done with raw B stage r
-            if (j + RS < J) load_b(j + RS, r);
+            if (j + RS < J) load_b(r);
         }
         return;
     }

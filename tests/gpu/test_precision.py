@@ -120,13 +120,14 @@ def test_rung10_blocks_walking_several_tiles(cp, monkeypatch):
     rng = cp.random.default_rng(6)
     plan = hopper.wgmma_plan
 
-    def run(M, N, K, force=None, beta=0.0, layout="NN", walk=True):
+    def run(M, N, K, force=None, beta=0.0, layout="NN"):
         a = rng.standard_normal((K, M) if layout[0] == "T" else (M, K), dtype=np.float32)
         b = rng.standard_normal((N, K) if layout[1] == "T" else (K, N), dtype=np.float32)
         a, b = (a.T if layout[0] == "T" else a), (b.T if layout[1] == "T" else b)
         c = rng.standard_normal((M, N), dtype=np.float32)
         outs = []
-        for grid in ((lambda tiles, sms, tma=True: (tiles, 1, 1)), hopper.wgmma_grid):
+        walk = (lambda tiles, sms, tma=True: (min(tiles, sms) if tma else tiles, 1, 1))  # at any tile count
+        for grid in ((lambda tiles, sms, tma=True: (tiles, 1, 1)), walk):
             monkeypatch.setattr(hopper, "wgmma_grid", grid)
             if force:
                 monkeypatch.setattr(hopper, "wgmma_plan", lambda M_, N_, K_, sms=132, rows=(128, 64): (

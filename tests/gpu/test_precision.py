@@ -148,6 +148,10 @@ def test_rung10_blocks_walking_several_tiles(cp, monkeypatch):
         run(1000, 4000, 100, force=(64, 1))           # 64-row tiles: 16 x 32 = 512
         run(1000, 2000, 4100, force=(128, 3), beta=2.0)  # 3 splits over K, 128 tiles each
         run(2000, 1900, 333)                          # K not a multiple of the k tile
+        # odd N: every other row of D (and C) starts 4 bytes off, its pairs stored a column on
+        run(8384, 1527, 149, beta=0.5)
+        for layout in ("NT", "TN", "TT"):
+            run(2001, 1999, 64, beta=-1.0, layout=layout)
         monkeypatch.setattr(hopper, "PACK_LIMIT", -1)  # unaligned: the producer's cp.async, a block a tile
         run(1001, 1999, 99)
     finally:

@@ -118,6 +118,24 @@ __device__ __forceinline__ int a_idx(int m, int k) {
 }
 __device__ __forceinline__ float a_at(const float *raw, int m, int k) { return raw[a_idx(m, k)]; }
 
+// A lane's A fragment of k step j (e: a_at(r0 + 8 (e % 2), 8 j + t + 4 (e / 2)), r0 = 64 c + 16 w + g) with
+// BK = 32, from one register: its offset in the stage splits into bit fields that do not carry
+// into each other, those that vary with (j, e) joined by an XOR and an add of constants.  Row-major
+// A: 32 m + t + 4 ((2 j + e / 2) ^ (m % 8)); column-major: 1024 (m / 32) + 32 k + m % 4 + 4 (((m % 32) / 4)
+// ^ (k % 8)), where (m % 32) / 4 has no bit 1 (16 (w % 2) + g < 24), so adding 2 (e % 2) is an XOR.
+// (Held in a register each, the 16 offsets left the consumers too few for the persistent walk.)
+__device__ __forceinline__ unsigned a_lane(int r0, int t) {
+    const int g = r0 % 8;
+    if (!TG_TRANS_A) return 4 * (32 * r0 + t + 4 * g);
+    return 4 * (1024 * (r0 / 32) + 32 * t + g % 4 + 4 * ((((r0 % 32) / 4)) ^ t));
+}
+// (smem: the kernel's shared array; off: the stage's byte offset in it plus a_lane)
+__device__ __forceinline__ float a_frag(const unsigned char *smem, unsigned off, int j, int e) {
+    const unsigned x = !TG_TRANS_A ? 4 * (8 * j + 4 * (e / 2)) : 4 * (8 * (e % 2) + 16 * (e / 2));
+    const unsigned add = !TG_TRANS_A ? 4 * 256 * (e % 2) : 4 * (256 * j + 128 * (e / 2));
+    return *reinterpret_cast<const float *>(smem + ((off ^ x) + add));
+}
+
 // TG_TMA = 0: the producer's 128 threads copy an operand's 128 x BK tile themselves, 4 bytes per
 // cp.async (LDGSTS), to where TMA would have put it (A: a_idx; B: raw[n][k] or raw[k][n]), elements
 // outside the matrix (row >= rows or k >= K) zero-filled; then each thread has the mbarrier count
@@ -260,6 +278,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     count(k0, T, J);
     const int c = wg - 1, w = (tid % 128) / 32, g = (tid % 32) / 4, t = tid % 4;
     const int r0 = 64 * c + 16 * w + g;  // this lane's A rows: r0 and r0 + 8
+    const unsigned a_off = a_lane(r0, t);
     float acc[64], big[64], lo[64];  // all of K in FP32; a k tile's big products; the small ones
 #pragma unroll
     for (int i = 0; i < 64; ++i) big[i] = 0.0f;  // (each k tile's first wgmma overwrites it)
@@ -281,7 +300,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
                 if (j >= 2) tg_wgmma_wait<1>();
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
-                    const float x = a_at(ra, r0 + 8 * (e % 2), 8 * j + t + 4 * (e / 2));
+                    const float x = BK == 32 ? a_frag(smem, s * S_STAGE + a_off, j, e)
+                                             : a_at(ra, r0 + 8 * (e % 2), 8 * j + t + 4 * (e / 2));
                     ab[j % 2][e] = tg_tf32(x);
                     as[j % 2][e] = tg_tf32_small(x - __uint_as_float(ab[j % 2][e]));
                 }
@@ -301,37 +321,52 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         }
 
         // acc[4j + i] + lo[4j + i] is (A B)(m0 + 64c + 16w + g + 8 (i / 2), n0 + 8j + 2t + i % 2): a lane
-        // holds pairs of adjacent columns, stored as one 8-byte access where D (and C, when read) allow
-        // it, so that a warp's store fills whole 32-byte sectors (4-byte stores: half of each of 8)
+        // holds pairs of adjacent columns (n, n + 1), n even, stored as one 8-byte access so that a
+        // warp's store fills whole 32-byte sectors (4-byte stores: half of each of 8, at twice the
+        // time).  A row of D that starts 4 bytes off (an odd leading dimension: every other row) takes
+        // its pairs one column on, (n + 1, n + 2), n + 2 from the next lane of the four that share
+        // the row (shuffled), the tile's first and last column alone.  C, where read, as its rows allow.
         // (what the stores need is computed here, not held through the k loop: registers)
         int m0, n0;
         tg_tile_origin<BM, BN>(blockIdx.x + (j0 / T) * gridDim.x, M, N, SWIZZLE, m0, n0);
         float *Dz = D + blockIdx.z * sD;
-        const auto even = [](const float *p, long long ld) { return ((reinterpret_cast<unsigned long long>(p) | (unsigned long long)ld * 4) & 7) == 0; };
-        const bool pairs = even(Dz, ldd) && (beta == 0.0f || even(C, ldc));
+        const auto at = [&](int h, int j, int e) { return alpha * tg_mma_sum(acc[4 * j + 2 * h + e], lo[4 * j + 2 * h + e]); };
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int m = m0 + r0 + 8 * h;
-            if (m >= M) continue;
+            const bool in = m < M;  // (rows past M still take part in the shuffles)
             float *row = Dz + (tg_idx)m * ldd;
             const float *crow = C + (tg_idx)m * ldc;
+            const bool shift = (reinterpret_cast<unsigned long long>(row) & 7) != 0;
+            const bool cpairs = (reinterpret_cast<unsigned long long>(crow) & 7) == (reinterpret_cast<unsigned long long>(row) & 7);
+            float x = at(h, 0, 0);
 #pragma unroll
             for (int j = 0; j < 16; ++j) {
                 const int n = n0 + 8 * j + 2 * t;
-                float v[2];
-#pragma unroll
-                for (int e = 0; e < 2; ++e) v[e] = alpha * tg_mma_sum(acc[4 * j + 2 * h + e], lo[4 * j + 2 * h + e]);
-                if (pairs && n + 1 < N) {
+                float v[2] = {x, at(h, j, 1)};
+                x = j < 15 ? at(h, j + 1, 0) : 0.0f;
+                // the column after this lane's pair: the next lane's first, or (t = 3) lane 0's of pair j + 1
+                const float nl = __shfl_down_sync(0xffffffff, v[0], 1, 4);
+                const float nj = __shfl_sync(0xffffffff, x, 0, 4);
+                if (!in) continue;
+                int q = n;  // the pair stored: (q, q + 1)
+                if (shift) {
+                    if (j == 0 && t == 0 && n < N) row[n] = beta != 0.0f ? v[0] + beta * crow[n] : v[0];
+                    q = n + 1;
+                    v[0] = v[1];
+                    v[1] = t < 3 ? nl : nj;
+                }
+                if (q + 1 < N && !(shift && j == 15 && t == 3)) {
                     if (beta != 0.0f) {
-                        const float2 cv = *reinterpret_cast<const float2 *>(crow + n);
+                        float2 cv;
+                        if (cpairs) cv = *reinterpret_cast<const float2 *>(crow + q);
+                        else        cv = make_float2(crow[q], crow[q + 1]);
                         v[0] += beta * cv.x;
                         v[1] += beta * cv.y;
                     }
-                    *reinterpret_cast<float2 *>(row + n) = make_float2(v[0], v[1]);
-                } else {
-#pragma unroll
-                    for (int e = 0; e < 2; ++e)
-                        if (n + e < N) row[n + e] = beta != 0.0f ? v[e] + beta * crow[n + e] : v[e];
+                    *reinterpret_cast<float2 *>(row + q) = make_float2(v[0], v[1]);
+                } else if (q < N) {  // the last column of D, or (shifted) of the tile
+                    row[q] = beta != 0.0f ? v[0] + beta * crow[q] : v[0];
                 }
             }
         }

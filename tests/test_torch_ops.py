@@ -160,8 +160,12 @@ def test_a_strided_bias_row_gives_what_tilegemm_gives():
      TypeError, "^out has dtype torch.float64"),
     (lambda: torch.ops.tilegemm.matmul(meta(3, 4), torch.ones(4, 5)), ValueError,
      "^a is on meta but b is on cpu; move them to one device$"),
+    (lambda: torch.ops.tilegemm.gemm(meta(3, 4), meta(4, 5), meta(4, 5), 1.0, 0.0), ValueError,
+     r"^c has shape \(4, 5\), which does not broadcast to the result's shape \(3, 5\)$"),
+    (lambda: torch.ops.tilegemm.gemm_out(meta(3, 4), meta(4, 5), meta(3, 5).double(), 1.0, 0.0, meta(3, 5)),
+     TypeError, "^c has dtype torch.float64"),
 ], ids=["K", "K 1-D", "batch", "dtype", "0-d", "c shape", "beta without c", "c scalar", "out shape",
-        "out dtype", "devices"])
+        "out dtype", "devices", "c shape, beta 0", "c dtype, beta 0"])
 def test_the_fakes_reject_what_tilegemm_rejects(call, exc, message):
     with pytest.raises(exc, match=message):
         call()

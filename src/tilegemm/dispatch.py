@@ -111,7 +111,7 @@ def run(p: Plan, choose):
     call names none.  NumPy inputs are copied to the current GPU (its current stream) and planned again there;
     their result comes back as NumPy (or into the NumPy ``out``).  Returns (the result, the program
     that computed it, None when there was nothing to launch)."""
-    gpu.require_gpu("tilegemm.matmul")
+    gpu.require_gpu("tilegemm")
     cupy = gpu.cupy()
     p = _on_device(p)
     host_out = p.out.op if p.host and p.out is not None else None
@@ -278,6 +278,8 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
     sa, sb, sc, sd = g.strides
     cfg = {k: v for k, v in config.items() if k != "splits"}
     sk = cfg.get("sk", 0)
+    # a config the call names was held to ceil(K / 4) splits (registry.check_family_splits); one the
+    # selection chose for a bucket of shapes is clamped to it here
     splits = 1 if sk == 1 else max(1, min(int(config.get("splits", 1)), -(-g.K // 4)))
     cp_async = registry.FAMILY.params(cfg)["stages"] >= 2
     ops = [(at[A], g.lda, sa), (at[B], g.ldb, sb)]

@@ -365,7 +365,10 @@ CLI = [
     ("explain-arch", ["explain", "gemm", "--arch", "sm_61"], "arch='sm_61' is not supported"),
     ("no-command", [], "the following arguments are required: command"),
     ("bench-random-zero", ["bench", "--random", "0"], "'0' is not a positive integer"),
-    ("bench-seed-alone", ["bench", "--seed", "3"], "--seed draws shapes for --random N"),
+    ("bench-seed-alone", ["bench", "--seed", "3"], "--seed applies to --random only"),
+    ("bench-seed-with-real", ["bench", "--real", "--seed", "3"], "--seed applies to --random only .*; pass --random N"),
+    ("bench-layouts-with-real", ["bench", "--real", "--layouts", "NT"], "--layouts applies to --sizes and --random only"),
+    ("bench-layouts-alone", ["bench", "--layouts", "TN", "TT"], "--layouts applies to --sizes and --random only"),
     ("bench-random-and-sizes", ["bench", "--random", "3", "--sizes", "64"], "not allowed with argument --random"),
     ("bench-seed-negative", ["bench", "--random", "3", "--seed", "x1"], "'x1' is not a non-negative integer"),
 ]

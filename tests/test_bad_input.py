@@ -192,7 +192,7 @@ API = [
     ("config-not-a-dict", mm(f32(3, 4), f32(4, 5), config=[("bm", 64)]), tilegemm.ConfigError,
      "config must be a dict"),
     ("config-constraint", mm(f32(3, 4), f32(4, 5), config={"bm": 100}), tilegemm.ConfigError,
-     r"^config=\{'bm': 100\} for gemm \(with the defaults: \{'bm': 100, .*\}\) breaks: bm % tm == 0 and bn % tn == 0; .*; "
+     r"^config=\{'bm': 100\} for gemm \(the defaults filled in: \{'bm': 100, .*\}\) breaks: bm % tm == 0 and bn % tn == 0; .*; "
      r"change config to meet them, or leave config=None$"),
     ("config-splits-beyond-k", mm(f32(3, 8), f32(8, 5), config={"splits": 3}), tilegemm.ConfigError,
      r"^config=\{'splits': 3\} asks for 3 splits of K = 8, but K allows at most ceil\(K / 4\) = 2 \(each split "
@@ -200,7 +200,7 @@ API = [
     ("config-zero-size", mm(f32(3, 4), f32(4, 5), config={"bm": 0}), tilegemm.ConfigError,
      "bm and bn are positive"),
     ("config-rung5-odd-tile", mm(f32(3, 4), f32(4, 5), kernel="05_double_buffered", config={"bm": 7}),
-     tilegemm.ConfigError, r"^config=\{'bm': 7\} for 05_double_buffered \(with .*\) breaks: bm % rm == 0"),
+     tilegemm.ConfigError, r"^config=\{'bm': 7\} for 05_double_buffered \(the defaults filled in: .*\) breaks: bm % rm == 0"),
     ("config-rung2-zero", mm(f32(3, 4), f32(4, 5), kernel="02_smem_tiled", config={"tile": 0}),
      tilegemm.ConfigError, "tile >= 1"),
     ("pdl-not-bool", mm(f32(3, 4), f32(4, 5), pdl="no"), TypeError, "pdl must be True or False"),
@@ -355,7 +355,7 @@ CLI = [
     ("explain-shape-negative", ["explain", "gemm", "--shape", "-5x3x2"], "expected one argument"),
     ("explain-shape-three-words", ["explain", "gemm", "--shape", "4096", "4096", "4096"], "unrecognized arguments"),
     ("explain-batch", ["explain", "gemm", "--shape", "2x3x4x5"], "explain takes one product, MxNxK"),
-    ("explain-config-odd", ["explain", "gemm", "--config", "bm=7"], "breaks: bm % tm == 0"),
+    ("explain-config-odd", ["explain", "gemm", "--config", "bm=7"], r"config=\{'bm': 7\} for gemm .* breaks: bm % tm == 0"),
     ("explain-config-zero", ["explain", "gemm", "--config", "bm=0"], "bm and bn are positive"),
     ("explain-rung5-odd", ["explain", "05_double_buffered", "--config", "bm=7"], "bm % rm == 0"),
     ("explain-config-syntax", ["explain", "gemm", "--config", "bm"], "config item 'bm' is not NAME=VALUE"),

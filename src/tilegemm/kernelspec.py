@@ -91,7 +91,7 @@ class KernelSpec:
         the message names (``params`` are it with the defaults filled in)."""
         bad = self.violations(params, limits)
         if bad and given is not None:
-            raise ConfigError(f"config={given!r} for {self.name} (with the defaults: {params}) breaks: "
+            raise ConfigError(f"config={given!r} for {self.name} (the defaults filled in: {params}) breaks: "
                               + "; ".join(bad) + "; change config to meet them, or leave config=None")
         if bad:
             raise ConfigError(

@@ -251,6 +251,11 @@ def test_argument_errors_name_the_argument():
         tgt.gemm(a, b, alpha=True)
     with pytest.raises(ValueError, match="^beta = inf is not a finite float32 number"):
         tgt.gemm(a, b, a, beta=float("inf"))
+    for tiny in (1e-50, -2.0**-150):  # what rounds to 0 in float32, as tilegemm's own check
+        with pytest.raises(ValueError, match=f"^alpha = {tiny!r} rounds to 0 in float32"):
+            tgt.gemm(a, b, alpha=tiny)
+        assert np.float32(tiny) == 0.0
+    assert np.float32(2.0**-149) != 0.0 and tgt._scale(2.0**-149, "alpha") == 2.0**-149  # the smallest kept
     w = torch.randn(4, 5, requires_grad=True)
     with pytest.raises(ValueError, match="^b requires grad, but out= does not support autograd"):
         tgt.matmul(a, w, out=torch.empty(3, 5))

@@ -405,6 +405,14 @@ def test_gemm_alpha_beta_types():
         gcheck(f32(3, 4), f32(4, 5), f32(3, 5), beta=1j)
 
 
+def test_a_nonzero_scale_float32_cannot_hold_is_refused():
+    assert gcheck(f32(3, 4), f32(4, 5), alpha=2.0**-149).alpha == 2.0**-149  # float32's smallest subnormal
+    assert gcheck(f32(3, 4), f32(4, 5), alpha=-0.0).alpha == 0.0  # zero is zero
+    for name, tiny in (("alpha", 2.0**-150), ("alpha", -1e-50), ("beta", 1e-46)):
+        with pytest.raises(ValueError, match=f"^{name} = {re.escape(repr(tiny))} rounds to 0 in float32"):
+            gcheck(f32(3, 4), f32(4, 5), f32(3, 5), **{name: tiny})
+
+
 def test_gemm_out_may_be_c_but_not_overlap_it():
     c = FakeCAI((3, 5), ptr=0x7F2000000000)
     a, b = FakeCAI((3, 4)), FakeCAI((4, 5), ptr=0x7F1000000000)

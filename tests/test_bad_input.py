@@ -154,7 +154,7 @@ API = [
     ("dlpack-cpu", mm(DLPack(1), B45), ValueError, "a is a DLPack array on device type 1, not a CUDA GPU"),
     ("too-large", mm(CAI((2**31, 4)), B45), ValueError, r"M = 2147483648 is larger than 2\^31 - 1"),
     ("alpha-str", gm(f32(3, 4), f32(4, 5), alpha="2"), TypeError,
-     r"^alpha must be a real number, got str '2'; pass a Python float \(e\.g\. alpha=float\(\.\.\.\)\)$"),
+     r"^alpha must be a real number, got str '2'; pass a Python float \(e\.g\. alpha=2\.0\)$"),
     ("alpha-rounds-to-zero", gm(f32(3, 4), f32(4, 5), alpha=1e-50), ValueError,
      r"^alpha = 1e-50 rounds to 0 in float32 .*; pass alpha=0\.0, or rescale the operands$"),
     ("beta-rounds-to-zero", gm(f32(3, 4), f32(4, 5), f32(3, 5), beta=-1e-46), ValueError,

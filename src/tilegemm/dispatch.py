@@ -13,6 +13,8 @@ launch.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from . import gpu, hopper, registry
@@ -100,8 +102,7 @@ def _on_device(p: Plan) -> Plan:
         if m is None or m.op.device != UNKNOWN:
             return None if m is None else m.op
         o = m.op
-        return Operand(o.name, o.kind, o.obj, o.shape, o.strides, o.dtype,
-                       int(runtime.pointerGetAttributes(o.ptr).device), o.ptr)
+        return dataclasses.replace(o, device=int(runtime.pointerGetAttributes(o.ptr).device))
 
     return _again(p, resolve(p.a), resolve(p.b), resolve(p.c), resolve(p.out))
 

@@ -164,7 +164,7 @@ def _scalar(x, name: str) -> float:
     """A scale as the kernels apply it: a float32 number (one that float32 holds nonzero if it is nonzero)."""
     if isinstance(x, bool) or not isinstance(x, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {type(x).__name__} {x!r}; pass a Python float "
-                        f"(e.g. {name}=float(...))")
+                        f"(e.g. {name}=2.0)")
     v = float(x)
     if not math.isfinite(v) or abs(v) > _F32_MAX:
         raise ValueError(f"{name} = {v!r} is not a finite float32 number; pass a finite scale")

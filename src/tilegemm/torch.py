@@ -87,7 +87,7 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, out=None, precision="fp32"):
     """``alpha * (a @ b) + beta * c`` in float32 with tilegemm, differentiable in a, b and c.
 
     ``c`` broadcasts to the result's shape (a bias row of shape (N,) works) and is read only when
-    beta != 0 (with beta == 0 it gets no gradient).  The result is new, its matrices in c's layout where c is
+    beta != 0 (with beta == 0 it gets no gradient; its dtype, shape and device are checked either way).  The result is new, its matrices in c's layout where c is
     read (row-major otherwise); with ``out`` it is written there and ``out`` is returned (no autograd
     then).  alpha and beta are numbers, fixed in the traced graph; a torch tensor for either makes
     this ``alpha * matmul(a, b) + beta * c`` with torch's own scaling and addition, so autograd

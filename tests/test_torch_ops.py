@@ -251,6 +251,8 @@ def test_argument_errors_name_the_argument():
         tgt.gemm(a, b, alpha=True)
     with pytest.raises(ValueError, match="^beta = inf is not a finite float32 number"):
         tgt.gemm(a, b, a, beta=float("inf"))
+    with pytest.raises(TypeError, match="^c has dtype torch.float64"):  # not read with beta = 0, still checked
+        tgt.gemm(meta(3, 4), meta(4, 5), meta(3, 5).double(), alpha=torch.tensor(2.0, device="meta"))
     for tiny in (1e-50, -2.0**-150):  # what rounds to 0 in float32, as tilegemm's own check
         with pytest.raises(ValueError, match=f"^alpha = {tiny!r} rounds to 0 in float32"):
             tgt.gemm(a, b, alpha=tiny)

@@ -80,3 +80,38 @@ def test_parse_config():
                      ("bm=1.5", "must be an integer"), ("bm=1,bm=2", "twice"), ("b m=1", "is not NAME=VALUE")]:
         with pytest.raises(ValueError, match=why):
             parse_config(bad)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["bench", "--real", "--seed", "5"], "--seed applies to --random only (it draws the random shapes); pass "
+                                         "--random N too, or leave --seed out"),
+    (["bench", "--seed", "5"], "--seed applies to --random only"),
+    (["bench", "--real", "--layouts", "NT"], "--layouts applies to --sizes and --random only (the suite and --real "
+                                             "set their own layouts); pass --sizes or --random N too, or leave "
+                                             "--layouts out"),
+    (["bench", "--layouts", "TN"], "--layouts applies to --sizes and --random only"),
+])
+def test_bench_options_that_would_be_ignored_are_refused(argv, message, capsys):
+    assert cli.main(argv + ["--no-write"]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith("error: " + message) and err.count("\n") == 1, err
+    assert "Traceback" not in out + err and not out  # refused before any work
+
+
+def test_bench_takes_seed_and_layouts_where_they_apply(monkeypatch):
+    seen = {}
+    monkeypatch.setattr(cli.gpu, "have_gpu", lambda: False)  # the GPU-free path: cases counted, nothing timed
+
+    def static_table(names, arch):
+        seen["names"] = names
+        return ""
+
+    monkeypatch.setattr(cli, "static_table", static_table)
+    args = cli.parse_args(cli.build_parser(), ["bench", "--random", "5", "--seed", "7", "--layouts", "NT", "TN"])
+    cases, header = cli._bench_cases(args)
+    assert (header["seed"], header["draw"]["layouts"], len(cases)) == (7, ["NT", "TN"], 5)
+    assert {c[3] for c, _ in cases} <= {"NT", "TN"}
+    args = cli.parse_args(cli.build_parser(), ["bench", "--sizes", "64", "2x8x16x32", "--layouts", "NN", "TT"])
+    assert [c for c, _ in cli._bench_cases(args)[0]] == [(64, 64, 64, "NN", 1), (64, 64, 64, "TT", 1),
+                                                         (8, 16, 32, "NN", 2), (8, 16, 32, "TT", 2)]
+    assert cli.main(["bench", "--real", "--no-write"]) == 0 and seen["names"] == ["gemm"]

@@ -39,11 +39,16 @@ def test_lds128_2x16_warp_reading_b_is_2_way_per_quarter():
 
 
 def test_4x8_warp_with_4x4_patches_is_conflict_free():
+    assert banks.MODELS == ("classic", "hopper")  # the loops below cover both models
     a = [16 * (i // 8) for i in L]  # A fragment: one float4 per quarter (broadcast)
     b = [16 * (i % 8) for i in L]  # B fragment: a quarter reads one contiguous 128-byte row
-    for addrs in (a, b):
-        for model in banks.MODELS:
-            assert banks.predict(addrs, 16, model).conflicts == 0
+    expected = {"classic": (4, 4), "hopper": (2, 4)}  # wavefronts of a and b: a's small phases pair up
+    for model in banks.MODELS:
+        assert banks.predict(a, 16, model) == banks.Prediction(expected[model][0], expected[model][0])
+        assert banks.predict(b, 16, model) == banks.Prediction(expected[model][1], expected[model][1])
+        # without the patches a thread reads 8 contiguous floats: B's float4s 32 bytes apart, 2-way
+        unpatched = banks.predict([32 * (i % 8) for i in L], 16, model)
+        assert (unpatched.wavefronts, unpatched.conflicts) == (8, 4)
 
 
 def test_linear_accesses_are_conflict_free_at_every_width():

@@ -326,3 +326,44 @@ def test_a_misaligned_a_is_copied_in_tn_after_the_stream_k_slots(stubs):
     assert (g["A"], g["lda"], g["B"]) == (WORK + 4 * slots, 304, PB) and pk["dst"] == g["A"]
     assert prog.work_floats == slots + K * 304
     assert stubs.built[-1][1:3] == ("TN", 4)
+
+
+# --------------------------------------------------------------------------- the repeat-call memo
+
+
+class _CupyLike:
+    """What the memo reads of a CuPy array (its type's module says cupy): shape, byte strides, dtype, memory."""
+
+    __module__ = "cupy._core.core"
+
+    def __init__(self, shape, strides, ptr):
+        self.shape, self.strides, self.dtype = shape, tuple(4 * s for s in strides), np.dtype(np.float32)
+        self.data = SimpleNamespace(ptr=ptr, device_id=0)
+
+
+def _op(name, x):
+    return Operand(name, "cupy", x, x.shape, tuple(s // 4 for s in x.strides), x.dtype, 0, x.data.ptr)
+
+
+def test_the_memo_redoes_the_overlap_test_exactly(monkeypatch):
+    """A remembered call with out in other columns of a's buffer runs again from the memo (no element is
+    shared); one whose out shares an element with a goes to the full path, which reports it."""
+    from tilegemm import fastpath
+
+    monkeypatch.setattr(fastpath, "_get_device", lambda: 0)
+    monkeypatch.setattr(fastpath, "stream_for", lambda kind, device: None)
+    fastpath.clear()
+    base, other = 0x7F0000000000, 0x7F1000000000
+    a, b = _CupyLike((4, 0), (9, 1), base), _CupyLike((0, 4), (4, 1), other)  # K = 0: nothing to launch
+    out = _CupyLike((4, 4), (9, 1), base + 4 * 5)  # columns 5-8 of a 4 x 9 buffer; a is columns 0-4
+    a5 = _CupyLike((4, 5), (9, 1), base)
+    b5 = _CupyLike((5, 4), (4, 1), other)
+    for x, y in ((a, b), (a5, b5)):
+        p = plan(_op("a", x), _op("b", y), _op("out", out))
+        fastpath.remember(p, None)
+        assert fastpath.call(x, y, out, "gemm", None, True) is out  # a hit: run from the memo
+    shifted = _CupyLike((4, 4), (9, 1), base + 4 * 4)  # columns 4-7: column 4 is also a's
+    assert fastpath.call(a5, b5, shifted, "gemm", None, True) is fastpath.MISS
+    with pytest.raises(ValueError, match="out overlaps a in memory"):
+        plan(_op("a", a5), _op("b", b5), _op("out", shifted))
+    fastpath.clear()

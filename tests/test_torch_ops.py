@@ -160,8 +160,12 @@ def test_a_strided_bias_row_gives_what_tilegemm_gives():
      TypeError, "^out has dtype torch.float64"),
     (lambda: torch.ops.tilegemm.matmul(meta(3, 4), torch.ones(4, 5)), ValueError,
      "^a is on meta but b is on cpu; move them to one device$"),
+    (lambda: torch.ops.tilegemm.gemm(meta(3, 4), meta(4, 5), meta(4, 5), 1.0, 0.0), ValueError,
+     r"^c has shape \(4, 5\), which does not broadcast to the result's shape \(3, 5\)$"),
+    (lambda: torch.ops.tilegemm.gemm_out(meta(3, 4), meta(4, 5), meta(3, 5).double(), 1.0, 0.0, meta(3, 5)),
+     TypeError, "^c has dtype torch.float64"),
 ], ids=["K", "K 1-D", "batch", "dtype", "0-d", "c shape", "beta without c", "c scalar", "out shape",
-        "out dtype", "devices"])
+        "out dtype", "devices", "c shape, beta 0", "c dtype, beta 0"])
 def test_the_fakes_reject_what_tilegemm_rejects(call, exc, message):
     with pytest.raises(exc, match=message):
         call()
@@ -247,6 +251,13 @@ def test_argument_errors_name_the_argument():
         tgt.gemm(a, b, alpha=True)
     with pytest.raises(ValueError, match="^beta = inf is not a finite float32 number"):
         tgt.gemm(a, b, a, beta=float("inf"))
+    with pytest.raises(TypeError, match="^c has dtype torch.float64"):  # not read with beta = 0, still checked
+        tgt.gemm(meta(3, 4), meta(4, 5), meta(3, 5).double(), alpha=torch.tensor(2.0, device="meta"))
+    for tiny in (1e-50, -2.0**-150):  # what rounds to 0 in float32, as tilegemm's own check
+        with pytest.raises(ValueError, match=f"^alpha = {tiny!r} rounds to 0 in float32"):
+            tgt.gemm(a, b, alpha=tiny)
+        assert np.float32(tiny) == 0.0
+    assert np.float32(2.0**-149) != 0.0 and tgt._scale(2.0**-149, "alpha") == 2.0**-149  # the smallest kept
     w = torch.randn(4, 5, requires_grad=True)
     with pytest.raises(ValueError, match="^b requires grad, but out= does not support autograd"):
         tgt.matmul(a, w, out=torch.empty(3, 5))

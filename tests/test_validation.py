@@ -95,11 +95,86 @@ def test_out_in_a_disjoint_part_of_one_buffer_is_fine():
     assert (p.M, p.N, p.K) == (4, 4, 4)
 
 
-def test_interleaved_views_count_as_overlapping():
-    # the check compares memory spans (like numpy.may_share_memory): interleaved views are refused
-    buf = f32(4, 8)
+def test_interleaved_views_that_share_no_element_are_accepted():
+    # the spans of X[:, 0:5] and X[:, 5:9] intersect, but no element is in both (numpy.shares_memory)
+    buf = f32(4, 9)
+    p = check(buf[:, 0:5], f32(5, 4), out=buf[:, 5:9])
+    assert (p.M, p.N, p.K) == (4, 4, 5)
+    check(f32(4, 4), buf[:, 1:5], out=buf[:, 5:9])
+    # the same on a GPU, by addresses alone: a is columns 0-4 of a 4 x 9 buffer, out columns 5-8
+    a = FakeCAI((4, 5), strides=(36, 4), ptr=0x7F0000000000)
+    out = FakeCAI((4, 4), strides=(36, 4), ptr=0x7F0000000000 + 20)
+    check(a, FakeCAI((5, 4), ptr=0x7F1000000000), out=out)
+
+
+@pytest.mark.parametrize("a_cols,out_cols", [((0, 5), (4, 8)), ((0, 9), (8, 9)), ((3, 6), (0, 4))])
+def test_interleaved_views_that_share_an_element_are_refused(a_cols, out_cols):
+    buf = f32(4, 9)
+    (a0, a1), (o0, o1) = a_cols, out_cols
+    a, out = buf[:, a0:a1], buf[:, o0:o1]
+    assert np.shares_memory(a, out)
     with pytest.raises(ValueError, match="out overlaps a in memory"):
-        check(buf[:, :4], f32(4, 4), out=buf[:, 4:])
+        check(a, f32(a1 - a0, o1 - o0), out=out)
+    # the same views on a GPU, described by their addresses alone
+    base = 0x7F0000000000
+    ga = FakeCAI(a.shape, strides=(36, 4), ptr=base + 4 * a0)
+    gout = FakeCAI(out.shape, strides=(36, 4), ptr=base + 4 * o0)
+    with pytest.raises(ValueError, match="out overlaps a in memory"):
+        check(ga, FakeCAI((a1 - a0, o1 - o0), ptr=0x7F1000000000), out=gout)
+
+
+def test_the_exact_overlap_test_matches_numpy_on_strided_views():
+    from tilegemm.arrays import shares_bytes
+
+    buf = np.zeros((6, 10), np.float32)
+    views = [buf, buf[:, ::2], buf[:, 1::2], buf[::2], buf[1::2, 3:], buf[:3, :5], buf[3:, 5:], buf.T[2:4]]
+    for x in views:
+        for y in views:
+            dx, dy = describe(x, "x"), describe(y, "y")
+            assert dx.overlaps(dy) == np.shares_memory(x, y), (x.strides, y.strides)
+            assert shares_bytes(dx.ptr, dx.footprint, dy.ptr, dy.footprint) == np.shares_memory(x, y)
+
+
+def test_read_only_inputs_are_fine_but_a_read_only_out_is_not():
+    ro = FakeCAI((3, 4))
+    ro.__cuda_array_interface__["data"] = (0x7F0000000000, True)  # the interface's read-only flag
+    assert describe(ro, "a").readonly
+    p = check(ro, FakeCAI((4, 5), ptr=0x7F1000000000))
+    assert p.a.op.readonly and (p.M, p.N, p.K) == (3, 5, 4)
+    host = f32(3, 4)
+    host.flags.writeable = False
+    check(host, f32(4, 5))
+    out = FakeCAI((3, 5), ptr=0x7F2000000000)
+    out.__cuda_array_interface__["data"] = (0x7F2000000000, True)
+    with pytest.raises(ValueError, match=re.escape("out is a read-only array; pass a writable out array (or none)")):
+        check(FakeCAI((3, 4)), FakeCAI((4, 5), ptr=0x7F1000000000), out=out)
+
+
+def test_dlpack_dtypes_numpy_has_no_name_for_read_plainly():
+    class DLPackBF16:
+        shape, dtype = (3, 4), "torch.bfloat16"
+
+        def __dlpack__(self, stream=None):  # pragma: no cover - never consumed
+            raise AssertionError
+
+        def __dlpack_device__(self):
+            return (2, 0)
+
+    op = describe(DLPackBF16(), "a")
+    assert str(op.dtype) == "bfloat16"
+    with pytest.raises(TypeError, match=re.escape("a has dtype bfloat16, but tilegemm computes in float32")):
+        planning.plan(op, describe(FakeCAI((4, 5)), "b"))
+
+
+def test_a_named_split_count_must_fit_k():
+    a, b = FakeCAI((64, 10)), FakeCAI((10, 64), ptr=0x7F1000000000)
+    A, B = describe(a, "a"), describe(b, "b")
+    assert planning.plan(A, B, config={"splits": 3}).config == (("splits", 3),)  # ceil(10 / 4) = 3
+    with pytest.raises(tilegemm.ConfigError, match=re.escape(
+            "config={'splits': 4} asks for 4 splits of K = 10, but K allows at most ceil(K / 4) = 3")):
+        planning.plan(A, B, config={"splits": 4})
+    empty = describe(FakeCAI((64, 0)), "a"), describe(FakeCAI((0, 64), ptr=0x7F1000000000), "b")
+    planning.plan(*empty, config={"splits": 8})  # K = 0: nothing is split (the result is beta * c)
 
 
 def test_host_and_gpu_mixed():
@@ -152,10 +227,11 @@ def test_torch_cpu_tensor_is_rejected():
 def test_no_gpu():
     a, b = f32(3, 4), f32(4, 5)
     a0, b0 = a.copy(), b.copy()
-    with pytest.raises(tilegemm.NoGPUError, match=re.escape(
-            "tilegemm.matmul needs a CUDA GPU, and none is usable here (no device or no driver). Run it "
-            "on a machine with an NVIDIA GPU; compiling (tilegemm.compiler) works without one.")):
-        tilegemm.matmul(a, b)
+    message = ("tilegemm needs a CUDA GPU, and none is usable here (no device or no driver). Run it "
+               "on a machine with an NVIDIA GPU; compiling (tilegemm.compiler) works without one.")
+    for call in (tilegemm.matmul, tilegemm.gemm):  # one message, naming no function the caller did not call
+        with pytest.raises(tilegemm.NoGPUError, match="^" + re.escape(message) + "$"):
+            call(a, b)
     assert np.array_equal(a, a0) and np.array_equal(b, b0)  # inputs untouched
 
 
@@ -308,9 +384,18 @@ def test_gemm_c_broadcasts():
         gcheck(f32(3, 4), f32(4, 5), f32(4), beta=1.0)
 
 
-def test_gemm_c_is_ignored_when_beta_is_zero():
-    p = gcheck(f32(3, 4), f32(4, 5), f32(99, 99).astype(np.float64))  # not even its dtype matters
-    assert p.c is None
+def test_gemm_c_is_not_read_when_beta_is_zero_but_still_checked():
+    p = gcheck(f32(3, 4), f32(4, 5), f32(3, 5))
+    assert p.c is None  # not read: NaN in c cannot leak through beta = 0
+    p = gcheck(FakeCAI((3, 4)), FakeCAI((4, 5), ptr=0x7F1000000000), FakeCAI((3, 5), strides=(40, 8), ptr=0x7F2000000000))
+    assert p.c is None and not p.out_colmajor  # its layout does not matter: it is not read
+    with pytest.raises(TypeError, match=re.escape("c has dtype float64, but tilegemm computes in float32")):
+        gcheck(f32(3, 4), f32(4, 5), f32(3, 5).astype(np.float64))
+    with pytest.raises(ValueError, match=re.escape("c has shape (99, 99), which does not broadcast to the "
+                                                   "result's shape (3, 5)")):
+        gcheck(f32(3, 4), f32(4, 5), f32(99, 99))
+    with pytest.raises(ValueError, match=re.escape("a is on the host but c is on a GPU; pass all arrays")):
+        gcheck(f32(3, 4), f32(4, 5), FakeCAI((3, 5)))
 
 
 def test_gemm_alpha_beta_types():
@@ -318,6 +403,14 @@ def test_gemm_alpha_beta_types():
         gcheck(f32(3, 4), f32(4, 5), alpha="2")
     with pytest.raises(TypeError, match=re.escape("beta must be a real number, got complex 1j")):
         gcheck(f32(3, 4), f32(4, 5), f32(3, 5), beta=1j)
+
+
+def test_a_nonzero_scale_float32_cannot_hold_is_refused():
+    assert gcheck(f32(3, 4), f32(4, 5), alpha=2.0**-149).alpha == 2.0**-149  # float32's smallest subnormal
+    assert gcheck(f32(3, 4), f32(4, 5), alpha=-0.0).alpha == 0.0  # zero is zero
+    for name, tiny in (("alpha", 2.0**-150), ("alpha", -1e-50), ("beta", 1e-46)):
+        with pytest.raises(ValueError, match=f"^{name} = {re.escape(repr(tiny))} rounds to 0 in float32"):
+            gcheck(f32(3, 4), f32(4, 5), f32(3, 5), **{name: tiny})
 
 
 def test_gemm_out_may_be_c_but_not_overlap_it():

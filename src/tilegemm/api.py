@@ -20,7 +20,8 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, out=None, kernel: str | None = No
     """``alpha * (a @ b) + beta * c`` in FP32 on the GPU, with ``numpy.matmul``'s shape rules.
 
     ``c`` broadcasts to the result's shape (a bias row of shape (N,) works) and is read only when
-    beta != 0 (as in BLAS: NaN in c does not leak through beta = 0).  ``out``: the array to write
+    beta != 0 (as in BLAS: NaN in c does not leak through beta = 0); a given c is checked either
+    way (dtype, shape, device).  ``out``: the array to write
     (it may be c itself for an in-place update); by default a new array of a's type whose matrices
     follow c's layout.  Inputs are never modified.  ``pdl``: on sm_90+ launch the family's kernels
     as programmatic dependents of the kernel before them (the default; results are the same either
@@ -95,5 +96,5 @@ def _from_dlpack(x, name: str):
     if _kind(x) != "dlpack":
         return x
     describe(x, name)  # rejects DLPack arrays that are not on a CUDA GPU
-    gpu.require_gpu("tilegemm.matmul")
+    gpu.require_gpu("tilegemm")
     return gpu.cupy().from_dlpack(x)

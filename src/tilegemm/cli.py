@@ -11,46 +11,13 @@ import secrets
 import sys
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
 from . import __version__, api, compiler, gpu, registry, results
-from .errors import ConfigError
 from .parsing import SHAPE_HELP, ArgParser, argtype, format_shape, parse_args, parse_config, parse_shape, run_command
+from .render import add_columns, console, fmt, progress_bar, report_failures, results_table, static_table
 
 DEFAULT_SIZES = ["1024", "2048", "4096", "4095"]
-
-console = Console()
-
-
-def _add_columns(table: Table, cols, left=("kernel", "shape", "layout", "what changed")) -> None:
-    for col in cols:
-        if col in ("kernel", "shape"):  # identifiers: never truncated
-            table.add_column(col, no_wrap=True, min_width=15 if col == "kernel" else 14)
-        else:
-            table.add_column(col, justify="left" if col in left else "right")
-
-
-def _fmt(x, spec="{:.2f}"):
-    return "-" if x is None or x != x else spec.format(x)
-
-
-def _results_table(rows, title) -> Table:
-    table = Table(title=title)
-    _add_columns(table, ("kernel", "shape", "layout", "TFLOPS", "% of cuBLAS", "ms", "rel. error"))
-    for r in rows:
-        table.add_row(r.kernel, format_shape(r.M, r.N, r.K, r.batch), r.layout, _fmt(r.tflops),
-                      _fmt(100 * r.ratio, "{:.1f}%"), _fmt(r.ms, "{:.3f}"), _fmt(r.rel_err, "{:.1e}"))
-    return table
-
-
-def _report_failures(rows, tolerances) -> int:
-    failed = [r for r in rows if not r.rel_err < tolerances[r.precision] and not r.refused]
-    for r in failed:
-        console.print(f"[red]FAILED[/red] {r.kernel} {r.config or ''} {format_shape(r.M, r.N, r.K, r.batch)} "
-                      f"{r.layout}: relative error {r.rel_err:.2e} >= {tolerances[r.precision]:.0e}")
-    return 1 if failed else 0
-
 
 def _cases(shapes, layouts) -> list[tuple]:  # (M, N, K, layout, batch) for each parsed shape and layout
     return [(M, N, K, lay, batch) for (M, N, K, batch) in shapes for lay in layouts]
@@ -67,49 +34,26 @@ def _writable_out(args) -> None:
         writable(args.out, "pass --out with a writable folder (or --no-write)")
 
 
-def _static_table(names, arch: str) -> Table:
-    """What needs no GPU: each kernel compiled for ``arch``, its resources and occupancy."""
-    from .occupancy import Limits, occupancy
-
-    limits = Limits.for_arch(arch)
-    table = Table(title=f"Kernels compiled for {arch} (NVRTC; no GPU needed)")
-    _add_columns(table, ("kernel", "regs", "smem B", "spills B", "occupancy/SM", "what changed"))
-    from .bench import kernel_name, static_config
-    for name in names:
-        spec, params = static_config(*kernel_name(name))
-        try:
-            r = spec.compile(params, arch=arch).resources
-        except ConfigError as exc:  # a kernel this arch cannot run (rung 10 needs sm_90a)
-            table.add_row(name, "-", "-", "-", str(exc), spec.summary)
-            continue
-        occ = occupancy(spec.threads(params), r.registers, r.shared_bytes + spec.smem(params), limits)
-        table.add_row(name, str(r.registers), str(r.shared_bytes + spec.smem(params)), str(r.spills),
-                      f"{occ.blocks} x {spec.threads(params)} thr ({100 * occ.fraction(limits):.0f}%, {occ.limiter})",
-                      spec.summary)
-    return table
-
-
-def _progress():
-    from rich.progress import Progress
-
-    return Progress(console=console, transient=True)
-
-
 def _bench_cases(args) -> tuple[list, dict]:
     """[(case, its name or None)] and the results file's extra header: the suite, --sizes, a random
     draw (kind "random", its seed: --seed, else a fresh one) or the real-world set (kind "real")."""
     from . import suites
 
+    if args.seed is not None and not args.random:
+        raise ValueError("--seed applies to --random only (it draws the random shapes); pass --random N too, "
+                         "or leave --seed out")
+    if args.layouts is not None and not (args.sizes or args.random):
+        raise ValueError("--layouts applies to --sizes and --random only (the suite and --real set their own "
+                         "layouts); pass --sizes or --random N too, or leave --layouts out")
+    layouts = args.layouts or ["NN"]
     if args.random:
         seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
-        cases = suites.random_shapes(args.random, seed, tuple(args.layouts))
+        cases = suites.random_shapes(args.random, seed, tuple(layouts))
         return [(c, None) for c in cases], {"kind": "random", "seed": seed, "n": args.random,
-                                            "draw": {**suites.DRAW, "layouts": args.layouts}}
+                                            "draw": {**suites.DRAW, "layouts": layouts}}
     if args.real:
         return [(c, name) for name, c in suites.REAL], {"kind": "real"}
-    if args.seed is not None:
-        raise ValueError("--seed draws shapes for --random N; pass --random too")
-    return [(c, None) for c in (_cases(args.sizes, args.layouts) if args.sizes else suites.SUITE)], {}
+    return [(c, None) for c in (_cases(args.sizes, layouts) if args.sizes else suites.SUITE)], {}
 
 
 def cmd_bench(args) -> int:
@@ -119,7 +63,7 @@ def cmd_bench(args) -> int:
     cases, header = _bench_cases(args)
     draw = bool(header)  # a random draw or the real-world set: many shapes, each timed more briefly
     if not gpu.have_gpu():
-        console.print(_static_table(names, args.arch or "sm_90"))
+        console.print(static_table(names, args.arch or "sm_90"))
         console.print("[yellow]No CUDA GPU here: kernels compiled and their resources shown; the "
                       f"{len(cases)} benchmark cases (checks and timings) need a GPU.[/yellow]")
         return 0
@@ -129,12 +73,12 @@ def cmd_bench(args) -> int:
     if draw:
         console.print(f"{len(cases)} shapes" + (f", seed {header['seed']}" if "seed" in header else ""))
     rows = []
-    with _progress() as progress:
+    with progress_bar() as progress:
         task = progress.add_task("benchmarking", total=len(cases) * (len(names) + 1 + len(refs)))
         for (M, N, K, layout, batch), case in cases:
             rows += bench.measure(names, M, N, K, layout, batch=batch, refs=refs, case=case,
                                   target_s=0.3 if draw else 0.6, progress=lambda r: progress.advance(task))
-    console.print(_results_table(rows, f"tilegemm bench on {gpu.device_properties().name}"))
+    console.print(results_table(rows, f"tilegemm bench on {gpu.device_properties().name}"))
     extra = dict(header)
     ours = [r for r in rows if r.kernel.startswith("tilegemm") or r.kernel in names]
     if ours:
@@ -158,7 +102,7 @@ def cmd_bench(args) -> int:
         path = results.write(doc, args.out, tag)
         (bench.plot_draw if draw else bench.plot_suite)(doc, path.with_suffix(".png"))
         console.print(f"results written to {path} and {path.with_suffix('.png')}")
-    return _report_failures(rows, bench.TOLERANCES)
+    return report_failures(rows, bench.TOLERANCES)
 
 
 def cmd_ladder(args) -> int:
@@ -167,7 +111,7 @@ def cmd_ladder(args) -> int:
 
     names = _kernel_names(args.kernels or sorted(registry.RUNGS))
     if not gpu.have_gpu():
-        console.print(_static_table(names, args.arch or "sm_90"))
+        console.print(static_table(names, args.arch or "sm_90"))
         console.print("[yellow]No CUDA GPU here: static columns only; timings, checks and the "
                       "measured FP32 peak need a GPU.[/yellow]")
         return 0
@@ -175,7 +119,7 @@ def cmd_ladder(args) -> int:
     study = [] if args.no_parameter_study else [("05_double_buffered", ladder.study_config(t))
                                                  for t, _, _ in ladder.PARAMETER_STUDY]
     rows = []
-    with _progress() as progress:
+    with progress_bar() as progress:
         task = progress.add_task("ladder", total=1 + len(args.sizes) * (len(names) + 1) + len(study) + 1)
         peak = probe.fp32_peak()
         progress.advance(task)
@@ -184,26 +128,26 @@ def cmd_ladder(args) -> int:
         if study:
             rows += bench.measure(study, 4096, 4096, 4096, "NN", progress=lambda r: progress.advance(task))
     table = Table(title=f"The SGEMM ladder on {gpu.device_properties().name}: FP32 FFMA peak measured {peak:.1f} TFLOPS")
-    _add_columns(table, ("kernel", "shape", "TFLOPS", "% of cuBLAS", "% of peak", "rel. error", "what changed"))
+    add_columns(table, ("kernel", "shape", "TFLOPS", "% of cuBLAS", "% of peak", "rel. error", "what changed"))
     for r in rows:
         if r.config:
             continue
         what = "reference" if r.kernel == "cublas" else registry.get(r.kernel).summary
-        table.add_row(r.kernel, format_shape(r.M, r.N, r.K, r.batch), _fmt(r.tflops), _fmt(100 * r.ratio, "{:.1f}%"),
-                      _fmt(100 * r.tflops / peak, "{:.1f}%"), _fmt(r.rel_err, "{:.1e}"), what)
+        table.add_row(r.kernel, format_shape(r.M, r.N, r.K, r.batch), fmt(r.tflops), fmt(100 * r.ratio, "{:.1f}%"),
+                      fmt(100 * r.tflops / peak, "{:.1f}%"), fmt(r.rel_err, "{:.1e}"), what)
     console.print(table)
     if study:
         t = Table(title="GEMM part 2's parameter study, 05_double_buffered at 4096³")
-        _add_columns(t, ("bm/bk/bn/rm/rn", "TFLOPS", "% of cuBLAS", "article (V100): % of cuBLAS"))
+        add_columns(t, ("bm/bk/bn/rm/rn", "TFLOPS", "% of cuBLAS", "article (V100): % of cuBLAS"))
         for (cfg, _, pct), r in zip(ladder.PARAMETER_STUDY, [r for r in rows if r.config]):
-            t.add_row("/".join(map(str, cfg)), _fmt(r.tflops), _fmt(100 * r.ratio, "{:.1f}%"), f"{pct}%")
+            t.add_row("/".join(map(str, cfg)), fmt(r.tflops), fmt(100 * r.ratio, "{:.1f}%"), f"{pct}%")
         console.print(t)
     if not args.no_write:
         doc = results.document(rows, cmd=args.command_line, fp32_peak_tflops=peak)
         path = results.write(doc, args.out, args.tag)
         ladder.plot(doc, path.with_suffix(".png"))
         console.print(f"results written to {path} and {path.with_suffix('.png')}")
-    return _report_failures(rows, bench.TOLERANCES)
+    return report_failures(rows, bench.TOLERANCES)
 
 
 def cmd_tune(args) -> int:
@@ -218,7 +162,7 @@ def cmd_tune(args) -> int:
 
         limits = Limits.for_arch(args.arch or "sm_90")
         table = Table(title=f"tuning candidates for {args.arch or 'sm_90'} (no GPU: nothing timed)")
-        _add_columns(table, ("shape", "layout", "candidates", "heuristic config"))
+        add_columns(table, ("shape", "layout", "candidates", "heuristic config"))
         for (M, N, K, layout, batch) in cases:
             cands = autotune.candidates(M, N, K, batch, 132, limits, args.top or 24)
             h = selection.heuristic(M, N, K, batch)
@@ -237,7 +181,7 @@ def cmd_tune(args) -> int:
         if folder:
             writable(folder, fix)
     tuned = []
-    with _progress() as progress:
+    with progress_bar() as progress:
         task = progress.add_task("tuning", total=len(cases))
         for (M, N, K, layout, batch) in cases:
             progress.update(task, description=f"tuning {format_shape(M, N, K, batch)} {layout}")
@@ -245,9 +189,9 @@ def cmd_tune(args) -> int:
                                                full=args.full))
             progress.advance(task)
     table = Table(title=f"tuned on {gpu.device_properties().name}")
-    _add_columns(table, ("shape", "layout", "TFLOPS", "tried", "seconds", "config"))
+    add_columns(table, ("shape", "layout", "TFLOPS", "tried", "seconds", "config"))
     for r in tuned:
-        table.add_row(format_shape(r["M"], r["N"], r["K"], r["count"]), r["layout"], _fmt(r["tflops"]),
+        table.add_row(format_shape(r["M"], r["N"], r["K"], r["count"]), r["layout"], fmt(r["tflops"]),
                       f'{len(r["tried"])} ({r["mode"]})', f'{r["seconds"]:.1f}', " ".join(f"{k}={v}" for k, v in r["config"].items()))
     console.print(table)
     console.print(f"tuning cache: {sel.cache_path}")
@@ -326,8 +270,8 @@ def build_parser() -> ArgParser:
     p.add_argument("--seed", type=POSITIVE_OR_ZERO, help="the random draw's seed (default: a fresh one, recorded)")
     p.add_argument("--kernels", nargs="+", metavar="NAME", help="gemm (the default path), gemm-tf32x3, gemm-tf32 (the "
                    "default path at that precision) and/or ladder rungs; default: gemm")
-    p.add_argument("--layouts", **layouts, help="operand layouts for --sizes (each) and --random (drawn), T = "
-                   "transposed view; default: NN")
+    p.add_argument("--layouts", **{**layouts, "default": None}, help="operand layouts for --sizes (each) and "
+                   "--random (drawn), T = transposed view; default: NN")
     p.add_argument("--refs", nargs="*", choices=("torch", "triton", "cublas-tf32"),
                    help="references beside cuBLAS, where installed; default: torch triton")
     p.add_argument("--no-overhead", action="store_true", help="skip the per-call host overhead measurement")

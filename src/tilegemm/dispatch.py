@@ -13,6 +13,8 @@ launch.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from . import gpu, hopper, registry
@@ -100,8 +102,7 @@ def _on_device(p: Plan) -> Plan:
         if m is None or m.op.device != UNKNOWN:
             return None if m is None else m.op
         o = m.op
-        return Operand(o.name, o.kind, o.obj, o.shape, o.strides, o.dtype,
-                       int(runtime.pointerGetAttributes(o.ptr).device), o.ptr)
+        return dataclasses.replace(o, device=int(runtime.pointerGetAttributes(o.ptr).device))
 
     return _again(p, resolve(p.a), resolve(p.b), resolve(p.c), resolve(p.out))
 
@@ -111,7 +112,7 @@ def run(p: Plan, choose):
     call names none.  NumPy inputs are copied to the current GPU (its current stream) and planned again there;
     their result comes back as NumPy (or into the NumPy ``out``).  Returns (the result, the program
     that computed it, None when there was nothing to launch)."""
-    gpu.require_gpu("tilegemm.matmul")
+    gpu.require_gpu("tilegemm")
     cupy = gpu.cupy()
     p = _on_device(p)
     host_out = p.out.op if p.host and p.out is not None else None
@@ -279,6 +280,8 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
     sa, sb, sc, sd = g.strides
     cfg = {k: v for k, v in config.items() if k != "splits"}
     sk = cfg.get("sk", 0)
+    # a config the call names was held to ceil(K / 4) splits (registry.check_family_splits); one the
+    # selection chose for a bucket of shapes is clamped to it here
     splits = 1 if sk == 1 else max(1, min(int(config.get("splits", 1)), -(-g.K // 4)))
     cp_async = registry.FAMILY.params(cfg)["stages"] >= 2
     ops = [(at[A], g.lda, sa), (at[B], g.ldb, sb)]

@@ -19,6 +19,7 @@ import threading
 from dataclasses import dataclass
 
 from . import gpu, selection
+from .arrays import shares_bytes
 from .dispatch import empty, pointer, stream_for, stream_kind
 from .launch import Program
 from .plan import Plan
@@ -43,6 +44,7 @@ class Entry:
     spans: tuple  # (lo, hi) byte extents of a, b and out relative to their pointers
     c_span: tuple | None  # c's, where the call reads c (beta != 0)
     colmajor: bool  # a new result's matrices are column-major (they follow c's layout)
+    footprints: tuple  # (shape, element strides, item size) of a, b, out and c: the exact overlap test
 
 
 def _meta(x):
@@ -111,13 +113,14 @@ def call(a, b, out, kernel, config, pdl, precision="fp32", c=None, alpha=1.0, be
     stream = stream_for(e.stream, e.device)
     if out is not None:  # the overlap test depends on the pointers: redo it (the full path reports)
         (alo, ahi), (blo, bhi), (olo, ohi) = e.spans
-        po = mo[1]
-        for ptr, lo, hi in ((ma[1], alo, ahi), (mb[1], blo, bhi)):
-            if po + olo < ptr + hi and ptr + lo < po + ohi:
+        po, fa, fb, fo, fc = mo[1], *e.footprints
+        for ptr, lo, hi, fp in ((ma[1], alo, ahi, fa), (mb[1], blo, bhi, fb)):
+            if po + olo < ptr + hi and ptr + lo < po + ohi and shares_bytes(po, fo, ptr, fp):
                 return MISS
         if e.c_span is not None:  # c may be out itself (an in-place update), else apart from it
             clo, chi = e.c_span
-            if po + olo < mc[1] + chi and mc[1] + clo < po + ohi and (mc[1], mc[0]) != (po, mo[0]):
+            if (po + olo < mc[1] + chi and mc[1] + clo < po + ohi and (mc[1], mc[0]) != (po, mo[0])
+                    and shares_bytes(po, fo, mc[1], fc)):
                 return MISS
         result = out
     else:
@@ -148,8 +151,10 @@ def remember(p: Plan, program: Program | None, generation: int | None = None, c=
         return
     spans = (_span(p.a.op), _span(p.b.op), _span(p.out.op) if p.out is not None else None)
     chosen = program is not None and program.config is not None and not p.config
+    footprints = tuple(m.op.footprint if m is not None else None for m in (p.a, p.b, p.out, p.c))
     entry = Entry(program, p.device, ma[0][0], stream_kind(p), generation if chosen else None, p.shape,
-                  p.batch + (p.M, p.N), spans, _span(p.c.op) if p.c is not None else None, p.out_colmajor)
+                  p.batch + (p.M, p.N), spans, _span(p.c.op) if p.c is not None else None, p.out_colmajor,
+                  footprints)
     key = _key(ma, mb, mo, mc, p.alpha, p.beta, p.kernel, p.config, p.pdl, p.precision)
     with _lock:
         if key in _memo:

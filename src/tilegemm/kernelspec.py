@@ -66,7 +66,7 @@ class KernelSpec:
         for k, v in (overrides or {}).items():
             if k not in p:
                 raise ConfigError(
-                    f"{self.name} has no parameter {k!r}; its parameters are {sorted(p)}"
+                    f"config[{k!r}]: {self.name} has no parameter {k!r}; its parameters are {sorted(p)}"
                 )
             if isinstance(v, bool) or not isinstance(v, numbers.Integral):
                 raise ConfigError(f"config[{k!r}] must be an integer, got {type(v).__name__} {v!r}")
@@ -86,8 +86,13 @@ class KernelSpec:
                 bad.append(c.text)
         return bad
 
-    def check(self, params: dict, limits: Limits) -> None:
+    def check(self, params: dict, limits: Limits, given: dict | None = None) -> None:
+        """ConfigError naming every constraint ``params`` break; ``given``: the call's config, which
+        the message names (``params`` are it with the defaults filled in)."""
         bad = self.violations(params, limits)
+        if bad and given is not None:
+            raise ConfigError(f"config={given!r} for {self.name} (the defaults filled in: {params}) breaks: "
+                              + "; ".join(bad) + "; change config to meet them, or leave config=None")
         if bad:
             raise ConfigError(
                 f"{self.name} with {params} breaks: " + "; ".join(bad)

@@ -139,13 +139,6 @@ def _check_devices(ops: list[Operand]) -> int | None:
     return known[0].device if known else (None if host else UNKNOWN)
 
 
-def _overlaps(x: Operand, y: Operand) -> bool:
-    if x.on_host != y.on_host:
-        return False
-    (a0, a1), (b0, b1) = x.span(), y.span()
-    return a0 < b1 and b0 < a1
-
-
 def _batch_strides(op: Operand, nbatch: int, batch: tuple) -> tuple:
     """Strides of op's leading (batch) dimensions over the broadcast ``batch`` shape."""
     own_shape, own_strides = op.shape[:nbatch], op.strides[:nbatch]
@@ -168,11 +161,16 @@ def _matrix_layout(op: Operand, shape: tuple, strides: tuple) -> tuple:
 
 
 def _scalar(x, name: str) -> float:
+    """A scale as the kernels apply it: a float32 number (one that float32 holds nonzero if it is nonzero)."""
     if isinstance(x, bool) or not isinstance(x, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {type(x).__name__} {x!r}")
+        raise TypeError(f"{name} must be a real number, got {type(x).__name__} {x!r}; pass a Python float "
+                        f"(e.g. {name}=2.0)")
     v = float(x)
     if not math.isfinite(v) or abs(v) > _F32_MAX:
         raise ValueError(f"{name} = {v!r} is not a finite float32 number; pass a finite scale")
+    if v != 0.0 and np.float32(v) == 0.0:
+        raise ValueError(f"{name} = {v!r} rounds to 0 in float32 (the kernels scale in float32; the smallest "
+                         f"nonzero float32 is about 1.4e-45); pass {name}=0.0, or rescale the operands")
     return v
 
 
@@ -224,15 +222,16 @@ def plan(a: Operand, b: Operand, out: Operand | None = None, kernel: str | None 
     for dim, v in (("M", M), ("N", N), ("K", K)):
         if v > INT32_MAX:
             raise ValueError(f"{dim} = {v} is larger than 2^31 - 1, which tilegemm does not support")
-    if c is not None and beta != 0.0:
+    if c is not None:  # checked whether or not it is read (beta = 0 reads no c: NumPy/BLAS semantics)
         _check_dtype(c)
     elif beta != 0.0:
         raise ValueError(f"beta = {beta} scales c, but no c was given; pass c, or beta=0")
     use_c = c if beta != 0.0 else None
-    ops = [a, b] + ([use_c] if use_c is not None else []) + ([out] if out is not None else [])
+    ops = [a, b] + ([c] if c is not None else []) + ([out] if out is not None else [])
     device = _check_devices(ops)
     for op in ops:
-        _check_aligned(op)
+        if op is not c or use_c is not None:
+            _check_aligned(op)
 
     A = Mat(a, _batch_strides(a, na, batch), _matrix_layout(a, *a_mat))
     B = Mat(b, _batch_strides(b, nb, batch), _matrix_layout(b, *b_mat))
@@ -257,16 +256,15 @@ def plan(a: Operand, b: Operand, out: Operand | None = None, kernel: str | None 
             raise TypeError(f"out has dtype {out.dtype}; it must be float32 (the result's dtype)")
         if tuple(out.shape) != shape:
             raise ValueError(f"out has shape {tuple(out.shape)}, but the result has shape {shape}")
-        flags = getattr(out.obj, "flags", None) if out.on_host else None
-        if flags is not None and not flags.writeable:
+        if out.readonly:
             raise ValueError("out is a read-only array; pass a writable out array (or none)")
         for op in (a, b):
-            if _overlaps(out, op):
+            if out.overlaps(op):
                 raise ValueError(
                     f"out overlaps {op.name} in memory; tilegemm reads {op.name} while it writes "
                     f"out, so pass a separate out array"
                 )
-        if use_c is not None and _overlaps(out, use_c) and (out.ptr, out.shape, out.strides) != (
+        if use_c is not None and out.overlaps(use_c) and (out.ptr, out.shape, out.strides) != (
                 use_c.ptr, use_c.shape, use_c.strides):
             raise ValueError(
                 "out overlaps c without being the same array; pass out=c (an in-place update) or "
@@ -290,8 +288,9 @@ def plan(a: Operand, b: Operand, out: Operand | None = None, kernel: str | None 
         O = Mat(out, bs, lay)
         out_colmajor = lay[0] == "T"
     C = None
+    if c is not None:
+        bs, (rs, cs) = as_result(c)  # c broadcasts to the result, read or not
     if use_c is not None:
-        bs, (rs, cs) = as_result(use_c)
         if use_c.on_host:  # copied to the GPU contiguously before the launch
             rs, cs = (N if M > 1 else 0), (1 if N > 1 else 0)
         row_ok, col_ok = N == 1 or cs == 1, M == 1 or rs == 1
@@ -321,7 +320,10 @@ def plan(a: Operand, b: Operand, out: Operand | None = None, kernel: str | None 
         )
     if config:
         extra = {"mma": registry.PRECISIONS[precision]} if spec is registry.FAMILY else {}
-        spec.check(spec.params({**config, **extra}), Limits.for_arch("sm_90"))
+        params = spec.params({**config, **extra})
+        spec.check(params, Limits.for_arch("sm_90"), given=config)
+        if spec is registry.FAMILY:
+            registry.check_family_splits(params, K, config)
     p = Plan(M, N, K, batch, shape, A, B, C, O, out_colmajor, alpha, beta, name, device, items, pdl,
              precision=precision)
     return dataclasses.replace(p, geom=geometry(p))

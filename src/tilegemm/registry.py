@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from .errors import ConfigError
 from .kernelspec import LAYOUTS, PRECISIONS, Constraint, KernelSpec, check_precision  # noqa: F401 (re-exported)
 from .occupancy import Limits  # noqa: F401 (re-exported)
 
@@ -313,6 +314,16 @@ PACK_T = KernelSpec(
     name="pack_t", file="pack.cu", summary="an operand's transposed copy (for the TF32 path's K-major operands)",
     defaults={}, block=lambda p: (256, 1, 1), tile=lambda p: (1, 1), entry="tilegemm_pack_t",
 )
+
+
+def check_family_splits(params: dict, K: int, given: dict) -> None:
+    """A split-K count the call's K allows: every split but the last starts at a multiple of 4 (its
+    16-byte loads), so at most ceil(K / 4) of them.  A config the call names is held to it (ConfigError);
+    the selection's own choices are clamped to it instead (dispatch)."""
+    most = -(-K // 4)
+    if K and params.get("sk", 0) != 1 and params["splits"] > most:
+        raise ConfigError(f"config={given!r} asks for {params['splits']} splits of K = {K}, but K allows at "
+                          f"most ceil(K / 4) = {most} (each split starts at a multiple of 4); pass splits <= {most}")
 
 
 def check_kernel_precision(spec: "KernelSpec", config, precision: str) -> None:

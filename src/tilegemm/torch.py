@@ -46,6 +46,9 @@ def _scale(x, name: str):
     v = float(x)
     if not math.isfinite(v) or abs(v) > torch.finfo(torch.float32).max:
         raise ValueError(f"{name} = {v!r} is not a finite float32 number; pass a finite scale")
+    if v != 0.0 and abs(v) <= 2.0**-150:  # rounds to 0 in float32 (half its smallest subnormal, 2^-149)
+        raise ValueError(f"{name} = {v!r} rounds to 0 in float32 (the kernels scale in float32; the smallest "
+                         f"nonzero float32 is about 1.4e-45); pass {name}=0.0, or rescale the operands")
     return v
 
 
@@ -84,7 +87,7 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, out=None, precision="fp32"):
     """``alpha * (a @ b) + beta * c`` in float32 with tilegemm, differentiable in a, b and c.
 
     ``c`` broadcasts to the result's shape (a bias row of shape (N,) works) and is read only when
-    beta != 0 (with beta == 0 it gets no gradient).  The result is new, its matrices in c's layout where c is
+    beta != 0 (with beta == 0 it gets no gradient; its dtype, shape and device are checked either way).  The result is new, its matrices in c's layout where c is
     read (row-major otherwise); with ``out`` it is written there and ``out`` is returned (no autograd
     then).  alpha and beta are numbers, fixed in the traced graph; a torch tensor for either makes
     this ``alpha * matmul(a, b) + beta * c`` with torch's own scaling and addition, so autograd
@@ -117,6 +120,8 @@ def _scaled(a, b, c, alpha, beta, precision):
     if not (isinstance(alpha, float) and alpha == 1.0):
         res = alpha * res
     if isinstance(beta, float) and beta == 0.0:
+        if c is not None:
+            torch_ops.result_layout(a, b, c, 0.0)  # c is not read, but checked as tilegemm checks it
         return res
     if c is None:
         raise ValueError("beta scales c, but no c was given; pass c, or beta=0")

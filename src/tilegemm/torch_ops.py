@@ -72,15 +72,20 @@ def product_shape(a, b) -> tuple:
     return batch, M, N, batch + (() if a_vec else (M,)) + (() if b_vec else (N,))
 
 
+def _check_c(c, a, shape) -> None:
+    """What tilegemm checks of a given c whether or not it reads it: dtype, device, shape."""
+    _check_float32(c, "c")
+    _check_device(c, "c", a)
+    if c.dim() > len(shape) or any(n != 1 and n != want for n, want in zip(c.shape[::-1], shape[::-1])):
+        raise ValueError(f"c has shape {tuple(c.shape)}, which does not broadcast to the result's shape "
+                         f"{tuple(shape)}")
+
+
 def _c_colmajor(c, a, b, batch, M, N, shape) -> bool:
     """Whether tilegemm makes the result column-major to follow c (read with beta != 0): c's
     column stride in the result's matrices is not 1.  Raises where tilegemm rejects c."""
-    _check_float32(c, "c")
-    _check_device(c, "c", a)
+    _check_c(c, a, shape)
     nd = c.dim()
-    if nd > len(shape) or any(n != 1 and n != want for n, want in zip(c.shape[::-1], shape[::-1])):
-        raise ValueError(f"c has shape {tuple(c.shape)}, which does not broadcast to the result's shape "
-                         f"{tuple(shape)}")
     strides = (0,) * (len(shape) - nd) + tuple(0 if n == 1 else s for n, s in zip(c.shape, c.stride()))
     mat = list(strides[len(batch):])
     rs = 0 if a.dim() == 1 else mat.pop(0)
@@ -111,6 +116,8 @@ def result_layout(a, b, c, beta: float) -> tuple:
     batch, M, N, shape = product_shape(a, b)
     if beta != 0.0 and c is None:
         raise ValueError(f"beta = {beta} scales c, but no c was given; pass c, or beta=0")
+    if c is not None:
+        _check_c(c, a, shape)
     colmajor = beta != 0.0 and _c_colmajor(c, a, b, batch, M, N, shape)
     return shape, result_strides(shape, colmajor and a.dim() > 1 and b.dim() > 1)
 
@@ -146,10 +153,12 @@ def _gemm_fake(a, b, c, alpha, beta, precision="fp32"):
 def _gemm_out_fake(a, b, c, alpha, beta, out, precision="fp32"):
     registry.check_precision(precision)
     batch, M, N, shape = product_shape(a, b)
-    if beta != 0.0:
-        if c is None:
-            raise ValueError(f"beta = {beta} scales c, but no c was given; pass c, or beta=0")
-        _c_colmajor(c, a, b, batch, M, N, shape)
+    if beta != 0.0 and c is None:
+        raise ValueError(f"beta = {beta} scales c, but no c was given; pass c, or beta=0")
+    if c is not None:  # checked whether or not it is read, as tilegemm checks it
+        _check_c(c, a, shape)
+        if beta != 0.0:
+            _c_colmajor(c, a, b, batch, M, N, shape)
     _check_float32(out, "out")
     _check_device(out, "out", a)
     if tuple(out.shape) != shape:

@@ -27,7 +27,7 @@ def build(name: str, config: dict | None = None, shape=(4096, 4096, 4096), layou
     arch = compiler.normalize_arch(arch or (props.arch if props else "sm_90"))
     queried = bool(props and props.arch == arch)
     limits = occupancy.Limits.from_props(props) if queried else occupancy.Limits.for_arch(arch)
-    spec.check(params, limits)
+    spec.check(params, limits, given=config)
     if gpu is not None:
         roofline.peaks_for(gpu)  # an unknown GPU name raises here, before the compile
     compiled = spec.compile(spec.compiled_params(params), layout=layout, arch=arch)

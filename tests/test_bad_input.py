@@ -194,9 +194,6 @@ API = [
     ("config-constraint", mm(f32(3, 4), f32(4, 5), config={"bm": 100}), tilegemm.ConfigError,
      r"^config=\{'bm': 100\} for gemm \(the defaults filled in: \{'bm': 100, .*\}\) breaks: bm % tm == 0 and bn % tn == 0; .*; "
      r"change config to meet them, or leave config=None$"),
-    ("config-splits-beyond-k", mm(f32(3, 8), f32(8, 5), config={"splits": 3}), tilegemm.ConfigError,
-     r"^config=\{'splits': 3\} asks for 3 splits of K = 8, but K allows at most ceil\(K / 4\) = 2 \(each split "
-     r"starts at a multiple of 4\); pass splits <= 2$"),
     ("config-zero-size", mm(f32(3, 4), f32(4, 5), config={"bm": 0}), tilegemm.ConfigError,
      "bm and bn are positive"),
     ("config-rung5-odd-tile", mm(f32(3, 4), f32(4, 5), kernel="05_double_buffered", config={"bm": 7}),

@@ -280,8 +280,9 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
     sa, sb, sc, sd = g.strides
     cfg = {k: v for k, v in config.items() if k != "splits"}
     sk = cfg.get("sk", 0)
-    # a config the call names was held to ceil(K / 4) splits (registry.check_family_splits); one the
-    # selection chose for a bucket of shapes is clamped to it here
+    # "splits" is at most: every split but the last starts at a multiple of 4 (16-byte loads), so K
+    # allows ceil(K / 4) of them; a config (named by the call, or chosen for a bucket of shapes) that
+    # asks for more runs with that many, so that one config serves any K
     splits = 1 if sk == 1 else max(1, min(int(config.get("splits", 1)), -(-g.K // 4)))
     cp_async = registry.FAMILY.params(cfg)["stages"] >= 2
     ops = [(at[A], g.lda, sa), (at[B], g.ldb, sb)]

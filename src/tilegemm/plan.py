@@ -322,8 +322,6 @@ def plan(a: Operand, b: Operand, out: Operand | None = None, kernel: str | None 
         extra = {"mma": registry.PRECISIONS[precision]} if spec is registry.FAMILY else {}
         params = spec.params({**config, **extra})
         spec.check(params, Limits.for_arch("sm_90"), given=config)
-        if spec is registry.FAMILY:
-            registry.check_family_splits(params, K, config)
     p = Plan(M, N, K, batch, shape, A, B, C, O, out_colmajor, alpha, beta, name, device, items, pdl,
              precision=precision)
     return dataclasses.replace(p, geom=geometry(p))

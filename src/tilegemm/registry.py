@@ -316,16 +316,6 @@ PACK_T = KernelSpec(
 )
 
 
-def check_family_splits(params: dict, K: int, given: dict) -> None:
-    """A split-K count the call's K allows: every split but the last starts at a multiple of 4 (its
-    16-byte loads), so at most ceil(K / 4) of them.  A config the call names is held to it (ConfigError);
-    the selection's own choices are clamped to it instead (dispatch)."""
-    most = -(-K // 4)
-    if K and params.get("sk", 0) != 1 and params["splits"] > most:
-        raise ConfigError(f"config={given!r} asks for {params['splits']} splits of K = {K}, but K allows at "
-                          f"most ceil(K / 4) = {most} (each split starts at a multiple of 4); pass splits <= {most}")
-
-
 def check_kernel_precision(spec: "KernelSpec", config, precision: str) -> None:
     """A rung computes one precision, and the family's config may name its "mma": either must agree
     with ``precision`` (no silent change of precision)."""

@@ -17,10 +17,10 @@ def hopper_tensor_cores(props) -> bool:
 # The Hopper path's time, in microseconds, for the plan below: a block (one an SM) takes
 # WGMMA_TILE_US a tile plus WGMMA_K_TILE_US per k tile of 32 on a 128-row tile, a 64-row tile (one
 # consumer warpgroup) WGMMA_ROW_TIME of that; split-K adds the reduction, a launch and a pass over
-# the planes and D.  Fitted (least squares on relative error, operands read as stored) to 34
-# timings of rung 10's persistent kernel, 128- and 64-row tiles, split and not, on the shapes of the
-# seed-411 draw and 8 fixed ones: 2.3% mean error (the constants before the walk, 3.5 and 1.24:
-# 7.1%); experiments/...-2026-11-24-r10-persistent.json, docs/perf-notes.md.
+# the planes and D.  Fitted (least squares on relative error) to the 17 timings, of 110, of rung
+# 10's persistent kernel whose operands were read as stored (128- and 64-row tiles, split and not,
+# on 40 shapes of the seed-411 draw and 8 fixed ones): 2.3% mean error (the constants before the
+# walk, 3.5 and 1.24: 7.1%); experiments/...-2026-11-24-r10-persistent.json, docs/model.md.
 WGMMA_TILE_US, WGMMA_K_TILE_US = 1.64, 1.29
 WGMMA_ROW_TIME = {128: 1.0, 64: 0.70}
 WGMMA_REDUCE_US, WGMMA_REDUCE_BYTES_PER_US = 3.0, 2.5e6

@@ -551,3 +551,21 @@ def test_stream_k_with_fewer_k_iterations_left_than_blocks(cp, cfg, shape):
     the grid has blocks, so some blocks get an empty range: they hold nothing of any tile and set no
     flag (an owner once waited for them for ever)."""
     _correct_and_repeatable(cp, cfg, shape, alpha=1.5, beta=0.5)
+
+
+@pytest.mark.parametrize("tile", ["128x128", "128x128w", "64x64f", "64x128", "32x32", "256x128"])
+def test_results_with_rows_4_bytes_off(cp, tile):
+    """Interior tiles whose result rows alternate between 8-byte aligned and 4 bytes off (odd N), or
+    are all 4 bytes off (D a view one float in): pairs stored one column on, the ends of each warp's
+    run alone; every element written once, against float64, NN and NT, edges included."""
+    rng = cp.random.default_rng(11)
+    cfg = {**model.TILES[tile], "splits": 1}
+    for M, N, K, layout, off in ((517, 1001, 96, "NN", 0), (300, 771, 40, "NT", 0), (260, 1024, 64, "NN", 1)):
+        a = rng.standard_normal((M, K), dtype=np.float32)
+        b = rng.standard_normal((N, K), dtype=np.float32).T if layout == "NT" else rng.standard_normal((K, N), dtype=np.float32)
+        ld = N + 2 * off  # off = 1: rows of N + 2 floats from one float in: every row 4 bytes off
+        out = cp.full(M * ld + off, np.nan, np.float32)[off:].reshape(M, ld)[:, :N]
+        tilegemm.matmul(a, b, out=out, config=cfg)
+        ref = cp.asarray(a, np.float64) @ cp.asarray(b, np.float64)
+        err = float(cp.linalg.norm(out.astype(np.float64) - ref) / cp.linalg.norm(ref))
+        assert err < TOL, (tile, M, N, K, layout, off, err)

@@ -174,6 +174,38 @@ __device__ __forceinline__ void epilogue(float (*acc)[TN], float *D, tg_idx ldd,
     }
 }
 
+// The interior epilogue (beta = 0) where D's rows are not all 8-byte aligned (TG_VEC_D = 1: an odd
+// leading dimension, every other row 4 bytes off, or D itself 4 bytes off): a row that starts
+// aligned takes two 8-byte stores per patch; one that starts 4 bytes off stores (n + 1, n + 2) and
+// (n + 3, n + 4), n + 4 shuffled from the next of the LN lanes that share the row, the run's first
+// and last column alone (4-byte stores fill a quarter of each of 4 sectors per warp store: the
+// result's stores took as long as a short K loop).
+__device__ __forceinline__ void epilogue_pairs(float (*acc)[TN], float *D, tg_idx ldd, int m0, int n0, int tr,
+                                               int tc, float alpha) {
+    const int run = tc % LN;  // this lane's place in its warp's run of LN lanes along the row
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+        float *row = D + (tg_idx)(m0 + (i / 4) * RSTEP + tr * 4 + i % 4) * ldd;
+        const bool shift = (reinterpret_cast<unsigned long long>(row) & 7) != 0;
+#pragma unroll
+        for (int p = 0; p < TN / 4; ++p) {
+            const int n = n0 + p * CSTEP + tc * 4;
+            const float r0 = alpha * acc[i][4 * p], r1 = alpha * acc[i][4 * p + 1];
+            const float r2 = alpha * acc[i][4 * p + 2], r3 = alpha * acc[i][4 * p + 3];
+            const float next = __shfl_down_sync(0xffffffff, r0, 1);  // column n + 4 (unless run == LN - 1)
+            if (!shift) {
+                *reinterpret_cast<float2 *>(row + n) = make_float2(r0, r1);
+                *reinterpret_cast<float2 *>(row + n + 2) = make_float2(r2, r3);
+            } else {
+                if (run == 0) row[n] = r0;
+                *reinterpret_cast<float2 *>(row + n + 1) = make_float2(r1, r2);
+                if (run < LN - 1) *reinterpret_cast<float2 *>(row + n + 3) = make_float2(r3, next);
+                else              row[n + 3] = r3;
+            }
+        }
+    }
+}
+
 // The K loop of rung 8 (STAGES == 0): tile t+1 is loaded into registers while tile t is read from
 // one of two shared buffers, then stored to the other; one barrier per tile.
 __device__ __forceinline__ void k_loop_registers(float (*acc)[TN], float *smem, const float *A, tg_idx lda,
@@ -338,7 +370,8 @@ __device__ __forceinline__ void tile_store(float (*acc)[TN], float *D, tg_idx ld
     // beta != 0 takes the checked path (scalar C reads): a fused float4 read-modify-write made
     // ptxas spill in the main loop of the 128-register configs
     const bool interior = m0 + BM <= M && n0 + BN <= N;
-    if (beta == 0.0f && interior) epilogue<false, false>(acc, D, ldd, C, ldc, m0, n0, tr, tc, M, N, alpha, beta);
+    if (beta == 0.0f && interior && TG_VEC_D == 1 && !MMA) epilogue_pairs(acc, D, ldd, m0, n0, tr, tc, alpha);
+    else if (beta == 0.0f && interior) epilogue<false, false>(acc, D, ldd, C, ldc, m0, n0, tr, tc, M, N, alpha, beta);
     else if (beta == 0.0f)        epilogue<true, false>(acc, D, ldd, C, ldc, m0, n0, tr, tc, M, N, alpha, beta);
     else                          epilogue<true, true>(acc, D, ldd, C, ldc, m0, n0, tr, tc, M, N, alpha, beta);
 }
@@ -444,7 +477,8 @@ extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
     D += blockIdx.z * sD;
     // beta != 0 takes the checked path (scalar C reads): a fused float4 read-modify-write made
     // ptxas spill in the main loop of the 128-register configs
-    if (beta == 0.0f && interior) epilogue<false, false>(acc, D, ldd, C, ldc, m0, n0, tr, tc, M, N, alpha, beta);
+    if (beta == 0.0f && interior && TG_VEC_D == 1 && !MMA) epilogue_pairs(acc, D, ldd, m0, n0, tr, tc, alpha);
+    else if (beta == 0.0f && interior) epilogue<false, false>(acc, D, ldd, C, ldc, m0, n0, tr, tc, M, N, alpha, beta);
     else if (beta == 0.0f)        epilogue<true, false>(acc, D, ldd, C, ldc, m0, n0, tr, tc, M, N, alpha, beta);
     else                          epilogue<true, true>(acc, D, ldd, C, ldc, m0, n0, tr, tc, M, N, alpha, beta);
 #elif SK == 2

@@ -553,7 +553,7 @@ def test_stream_k_with_fewer_k_iterations_left_than_blocks(cp, cfg, shape):
     _correct_and_repeatable(cp, cfg, shape, alpha=1.5, beta=0.5)
 
 
-@pytest.mark.parametrize("tile", ["128x128", "128x128w", "64x64f", "64x128", "32x32", "256x128"])
+@pytest.mark.parametrize("tile", ["128x128", "128x128w", "64x64f", "64x128", "32x32", "256x128", "128x256", "64x64"])
 def test_results_with_rows_4_bytes_off(cp, tile):
     """Interior tiles whose result rows alternate between 8-byte aligned and 4 bytes off (odd N), or
     are all 4 bytes off (D a view one float in): pairs stored one column on, the ends of each warp's

@@ -146,12 +146,25 @@ def test_rung10_blocks_walking_several_tiles(cp, monkeypatch):
             run(2000, 1900, 20, layout=layout)        # 240 tiles: blocks of 1 and 2 tiles, a k tile each
             run(3000, 3000, 60, beta=-0.5, layout=layout)  # 576 tiles: 4 or 5 a block, 2 k tiles each
         run(1000, 4000, 100, force=(64, 1))           # 64-row tiles: 16 x 32 = 512
-        run(1000, 2000, 4100, force=(128, 3), beta=2.0)  # 3 splits over K, 128 tiles each
+        run(2000, 2000, 4100, force=(128, 3), beta=2.0)  # 3 splits over K, 256 tiles each: walked in every split
         run(2000, 1900, 333)                          # K not a multiple of the k tile
         # odd N: every other row of D (and C) starts 4 bytes off, its pairs stored a column on
         run(8384, 1527, 149, beta=0.5)
         for layout in ("NT", "TN", "TT"):
             run(2001, 1999, 64, beta=-1.0, layout=layout)
+        # D's rows 4 bytes off where C's are aligned (and the reverse), and D = C in place
+        a, b = rng.standard_normal((2001, 96), dtype=np.float32), rng.standard_normal((96, 1999), dtype=np.float32)
+        ref = 1.5 * (cp.asarray(a, np.float64) @ cp.asarray(b, np.float64))
+        for d_off, c_off in ((1, 0), (0, 1)):
+            c = cp.asarray(rng.standard_normal((2001 * 2002 + 1,), dtype=np.float32))[c_off:c_off + 2001 * 2002]
+            c = c.reshape(2001, 2002)[:, :1999]
+            d = cp.full((2001 * 2002 + 1,), np.nan, np.float32)[d_off:d_off + 2001 * 2002].reshape(2001, 2002)[:, :1999]
+            tilegemm.gemm(a, b, c, alpha=1.5, beta=-0.5, out=d, precision="tf32x3")
+            assert _err(cp, d, ref - 0.5 * cp.asarray(c, np.float64)) < TOL["tf32x3"], (d_off, c_off)
+        c = cp.asarray(rng.standard_normal((2001, 1999), dtype=np.float32))  # odd N: rows alternate
+        want = ref + 2.0 * cp.asarray(c, np.float64)
+        assert tilegemm.gemm(a, b, c, alpha=1.5, beta=2.0, out=c, precision="tf32x3") is c
+        assert _err(cp, c, want) < TOL["tf32x3"]
         monkeypatch.setattr(hopper, "PACK_LIMIT", -1)  # unaligned: the producer's cp.async, a block a tile
         run(1001, 1999, 99)
     finally:

@@ -221,7 +221,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         const auto next = [&](Walk &w) {
             if (++w.kt < T) return;
             w.kt = 0, w.tile += gridDim.x;
-            tg_tile_origin<BM, BN>(w.tile, M, N, SWIZZLE, w.m0, w.n0);
+            if (w.tile < ((M + BM - 1) / BM) * ((N + BN - 1) / BN))  // (past the last: no origin)
+                tg_tile_origin<BM, BN>(w.tile, M, N, SWIZZLE, w.m0, w.n0);
         };
         auto load_b = [&](int r) {  // B's next k tile into raw stage r (coordinates innermost first)
             const int kb = k0 + wb.kt * BK, n0 = wb.n0;

@@ -64,6 +64,7 @@ class Operand:
 
 
 SHARE_WORK = 10**5  # NumPy's overlap solver gives up beyond this (then the arrays count as sharing)
+_TooHard = getattr(np, "exceptions", np).TooHardError
 
 
 class _Addresses:
@@ -88,9 +89,6 @@ def shares_bytes(px: int, fx: tuple, py: int, fy: tuple) -> bool:
                                      max_work=SHARE_WORK))
     except _TooHard:
         return True
-
-
-_TooHard = getattr(np, "exceptions", np).TooHardError
 
 
 def _kind(x) -> str | None:

@@ -168,7 +168,7 @@ def _scalar(x, name: str) -> float:
     v = float(x)
     if not math.isfinite(v) or abs(v) > _F32_MAX:
         raise ValueError(f"{name} = {v!r} is not a finite float32 number; pass a finite scale")
-    if v != 0.0 and np.float32(v) == 0.0:
+    if v != 0.0 and abs(v) <= 2.0**-150:  # rounds to 0 in float32 (half its smallest subnormal, 2^-149)
         raise ValueError(f"{name} = {v!r} rounds to 0 in float32 (the kernels scale in float32; the smallest "
                          f"nonzero float32 is about 1.4e-45); pass {name}=0.0, or rescale the operands")
     return v

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from .errors import ConfigError
 from .kernelspec import LAYOUTS, PRECISIONS, Constraint, KernelSpec, check_precision  # noqa: F401 (re-exported)
 from .occupancy import Limits  # noqa: F401 (re-exported)
 

@@ -46,6 +46,8 @@ def _scale(x, name: str):
     v = float(x)
     if not math.isfinite(v) or abs(v) > torch.finfo(torch.float32).max:
         raise ValueError(f"{name} = {v!r} is not a finite float32 number; pass a finite scale")
+    # plan._scalar's test, written again here: calling into plan from this path cost torch.compile a
+    # second compiled frame (tests/test_torch_ops.py counts them)
     if v != 0.0 and abs(v) <= 2.0**-150:  # rounds to 0 in float32 (half its smallest subnormal, 2^-149)
         raise ValueError(f"{name} = {v!r} rounds to 0 in float32 (the kernels scale in float32; the smallest "
                          f"nonzero float32 is about 1.4e-45); pass {name}=0.0, or rescale the operands")

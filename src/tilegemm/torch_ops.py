@@ -83,8 +83,8 @@ def _check_c(c, a, shape) -> None:
 
 def _c_colmajor(c, a, b, batch, M, N, shape) -> bool:
     """Whether tilegemm makes the result column-major to follow c (read with beta != 0): c's
-    column stride in the result's matrices is not 1.  Raises where tilegemm rejects c."""
-    _check_c(c, a, shape)
+    column stride in the result's matrices is not 1.  Raises where tilegemm rejects c's layout
+    (``_check_c`` first)."""
     nd = c.dim()
     strides = (0,) * (len(shape) - nd) + tuple(0 if n == 1 else s for n, s in zip(c.shape, c.stride()))
     mat = list(strides[len(batch):])

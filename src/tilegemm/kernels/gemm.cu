@@ -473,14 +473,7 @@ extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
     else if (STAGES >= 2) k_loop_async(acc, smem, A, lda, B, ldb, M, N, K, m0, n0, tid, ao, bo);
     else                  k_loop_registers(acc, smem, A, lda, B, ldb, M, N, K, m0, n0, interior, tid, ao, bo);
 
-    C += (blockIdx.z / splits) * sC;
-    D += blockIdx.z * sD;
-    // beta != 0 takes the checked path (scalar C reads): a fused float4 read-modify-write made
-    // ptxas spill in the main loop of the 128-register configs
-    if (beta == 0.0f && interior && TG_VEC_D == 1 && !MMA) epilogue_pairs(acc, D, ldd, m0, n0, tr, tc, alpha);
-    else if (beta == 0.0f && interior) epilogue<false, false>(acc, D, ldd, C, ldc, m0, n0, tr, tc, M, N, alpha, beta);
-    else if (beta == 0.0f)        epilogue<true, false>(acc, D, ldd, C, ldc, m0, n0, tr, tc, M, N, alpha, beta);
-    else                          epilogue<true, true>(acc, D, ldd, C, ldc, m0, n0, tr, tc, M, N, alpha, beta);
+    tile_store(acc, D + blockIdx.z * sD, ldd, C + (blockIdx.z / splits) * sC, ldc, m0, n0, tr, tc, M, N, alpha, beta);
 #elif SK == 2
     // Split-K summed in the kernel, the summing spread over the splits.  Block first + blockIdx.x is
     // split s of tile t (splits consecutive blocks per tile; the host launches whole tiles, at most

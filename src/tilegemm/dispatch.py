@@ -220,7 +220,7 @@ def _wgmma_family(p, g, device, at, offs, beta) -> tuple[list[Step], int, dict]:
     c = hopper.wgmma_config(g.layout, g.M, g.N, g.K, aligned, sms)
     pack, bm, splits, k_split = c["pack"], c["bm"], c["splits"], c["k_split"]
     fn = wgmma_launcher(g.layout, device, registry.PRECISIONS[p.precision], pack is not None, bm)
-    grid = hopper.wgmma_grid(fn.spec.grid(g.M, g.N, fn.params)[0], sms, pack is not None)
+    grid = hopper.wgmma_grid(fn.spec.grid(g.M, g.N, fn.params)[0], sms, fn.params["tg_tma"])
     ldw = aligned_cols(g.N)
     work = splits * g.M * ldw if splits > 1 else 0
     steps, src = [], [(A, offs[A], g.lda), (B, offs[B], g.ldb)]

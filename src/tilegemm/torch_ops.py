@@ -152,13 +152,7 @@ def _gemm_fake(a, b, c, alpha, beta, precision="fp32"):
 
 def _gemm_out_fake(a, b, c, alpha, beta, out, precision="fp32"):
     registry.check_precision(precision)
-    batch, M, N, shape = product_shape(a, b)
-    if beta != 0.0 and c is None:
-        raise ValueError(f"beta = {beta} scales c, but no c was given; pass c, or beta=0")
-    if c is not None:  # checked whether or not it is read, as tilegemm checks it
-        _check_c(c, a, shape)
-        if beta != 0.0:
-            _c_colmajor(c, a, b, batch, M, N, shape)
+    shape, _ = result_layout(a, b, c, beta)  # c checked as for a new result
     _check_float32(out, "out")
     _check_device(out, "out", a)
     if tuple(out.shape) != shape:

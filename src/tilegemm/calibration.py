@@ -23,8 +23,8 @@ from .parsing import ArgParser, parse_args, run_command
 
 
 def _names(tiles) -> list[str]:
-    """The constants' names: five per tile config of ``tiles``, then the global ones."""
-    return [f"{t}.{k}" for t in model.TILES if t in tiles for k in ("f", "a", "b", "u", "v")] + list(model.GLOBALS)
+    """The constants' names: six per tile config of ``tiles``, then the global ones."""
+    return [f"{t}.{k}" for t in model.TILES if t in tiles for k in ("f", "a", "b", "u", "l", "v")] + list(model.GLOBALS)
 
 
 def _start() -> dict:
@@ -35,6 +35,7 @@ def _start() -> dict:
         c[f"{t}.a"] = 1.5 * c[f"{t}.b"]
         c[f"{t}.f"] = 8.0
         c[f"{t}.u"] = 0.1
+        c[f"{t}.l"] = 0.1
         c[f"{t}.v"] = 100.0  # us per million narrow result elements on one SM
     c.update(red0=3.0, red1=0.004, hand=5.0, summed=2.0, launch=3.0)
     return c

@@ -5,14 +5,16 @@ hand-over), with a few constants per tile config fitted to measurements; pick th
 Candidates: tile configs of the family (``TILES``), each run one block per tile (data-parallel),
 split over K with a reduction, split over K summed in the kernel (sk = 2) or as stream-K (sk = 1).
 
-The model, in microseconds.  A tile config T has five constants: ``f`` (a block's fixed cost:
+The model, in microseconds.  A tile config T has six constants: ``f`` (a block's fixed cost:
 prologue, epilogue), ``a`` (one k-iteration of a block alone on an SM, bound by latency), ``b``
 (the SM's time per k-iteration per resident block when several share it, bound by throughput),
-``u`` (the share a k-iteration takes longer when an operand copied along its rows is read 4 bytes
-at a time: rows not 16-byte aligned, not copied; access.row_width) and ``v`` (an SM's time per
-million elements of the result stored 4 bytes at a time: its rows not 16-byte aligned;
-access.out_width).  An SM holding q blocks of i iterations each takes ``f + i * w * max(a, q * b)``,
-w = 1 + u * NARROW_SHARE[width]; the narrow stores add ``v * NARROW_SHARE[out width] * M * N *
+``u`` and ``l`` (the share a k-iteration takes longer when an operand copied along its rows is read
+4 bytes at a time: rows not 16-byte aligned, not copied; access.row_width; ``u`` where the SM's
+throughput binds, ``l`` where a lone block's latency does) and ``v`` (an SM's time per million
+elements of the result stored 4 bytes at a time: its rows not 16-byte aligned; access.out_width).
+An SM holding q blocks of i iterations each takes ``f + i * max(wl * a, wu * q * b)``,
+wu = 1 + u * NARROW_SHARE[width], wl = 1 + l * NARROW_SHARE[width] (a table without ``l`` takes
+``u`` for it); the narrow stores add ``v * NARROW_SHARE[out width] * M * N *
 count / (1e6 * SMs)`` to every candidate.  (In the NN calibrations a result's rows are misaligned
 exactly where B's are, so ``v`` is told apart from ``u`` only where B is copied into aligned rows,
 whose timings include the copy: docs/model.md.)
@@ -120,11 +122,12 @@ def current(name: str, cfg: dict) -> bool:
     return tile is not None and all(cfg.get(k) == v for k, v in tile.items())
 
 
-def _round(c: dict, tile: str, q: int, iters: int, w: float) -> float:
-    return c[f"{tile}.f"] + iters * w * max(c[f"{tile}.a"], q * c[f"{tile}.b"])
+def _round(c: dict, tile: str, q: int, iters: int, w: tuple[float, float]) -> float:
+    """A round of ``q`` blocks of ``iters`` k-iterations on an SM, ``w`` the narrow reads' (wl, wu)."""
+    return c[f"{tile}.f"] + iters * max(w[0] * c[f"{tile}.a"], w[1] * q * c[f"{tile}.b"])
 
 
-def _waves(c: dict, tile: str, blocks: int, per_sm: int, iters: int, sms: int, w: float) -> float:
+def _waves(c: dict, tile: str, blocks: int, per_sm: int, iters: int, sms: int, w: tuple[float, float]) -> float:
     """Time of ``blocks`` blocks of ``iters`` k-iterations, ``per_sm`` resident per SM at a time."""
     on_sm = -(-blocks // sms)
     full, last = divmod(on_sm, per_sm)
@@ -144,7 +147,8 @@ def predict(c: dict, name: str, cfg: dict, M: int, N: int, K: int, count: int, p
 def _predict(c: dict, tile: str, cfg: dict, M: int, N: int, K: int, count: int, per_sm: int, sms: int,
              width: int) -> float:
     """``predict`` without the narrow stores' term."""
-    w = 1.0 + c.get(f"{tile}.u", 0.0) * NARROW_SHARE[width]
+    u = c.get(f"{tile}.u", 0.0)
+    w = (1.0 + c.get(f"{tile}.l", u) * NARROW_SHARE[width], 1.0 + u * NARROW_SHARE[width])
     bm, bn, bk = cfg["bm"], cfg["bn"], cfg["bk"]
     tiles = -(-M // bm) * -(-N // bn) * count
     ipt = -(-K // bk)

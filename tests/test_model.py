@@ -177,3 +177,25 @@ def test_held_out_picks_are_measured_on_other_seeds():
     table, _ = calibration.model_table([a])
     r = calibration.held_out(table, [b])
     assert r["shapes"] >= 30 and r["pick"] > 0.9 * r["best"]  # fitted on one seed, it picks well on another
+
+
+def test_narrow_reads_charge_latency_and_throughput_apart(fitted):
+    """``l`` weighs the lone block's latency term, ``u`` the SM's throughput term; a table without
+    ``l`` charges ``u`` for both (the form before ``l``), and a larger ``l`` never predicts faster."""
+    c, per_sm = dict(fitted["constants"]), fitted["blocks_per_sm"]
+    M, N, K = 187, 1367, 10753  # few tiles, long K: rounds of one or two blocks an SM
+    for name, cfg in model.candidates(M, N, K):
+        if model.build(name) not in per_sm:
+            continue
+        r, tile = per_sm[model.build(name)], name.split()[0]
+        old = {k: v for k, v in c.items() if k != f"{tile}.l"}
+        same = {**old, f"{tile}.l": old[f"{tile}.u"]}
+        assert model.predict(old, name, cfg, M, N, K, 1, r, 132, 1) == model.predict(same, name, cfg, M, N, K, 1, r, 132, 1)
+        more = {**c, f"{tile}.l": c[f"{tile}.l"] + 0.5}
+        assert model.predict(more, name, cfg, M, N, K, 1, r, 132, 1) >= model.predict(c, name, cfg, M, N, K, 1, r, 132, 1)
+        assert model.predict(more, name, cfg, M, N, K, 1, r, 132, 4) == model.predict(c, name, cfg, M, N, K, 1, r, 132, 4)
+    # at one block of 64x64f an SM the latency term binds: there l, not u, sets the narrow cost
+    cfg = {**model.TILES["64x64f"], "splits": 1}
+    lone = {**c, "64x64f.b": c["64x64f.a"] / 10}
+    slow = {**lone, "64x64f.u": lone["64x64f.u"] + 1.0}
+    assert model.predict(slow, "64x64f", cfg, 64, 64, 4096, 1, 6, 132, 1) == model.predict(lone, "64x64f", cfg, 64, 64, 4096, 1, 6, 132, 1)

@@ -62,13 +62,14 @@ SPLIT_TILES = ("128x128", "64x128", "128x64", "64x64", "64x64f", "32x256", "32x3
 STREAM_K_TILES = ("256x128", "128x128", "128x128w", "64x64f")  # also run as stream-K
 SUMMED_TILES = ("128x128", "64x128", "128x64", "64x64", "64x64f", "32x32")  # also split over K and summed in the kernel
 # summed in the kernel at the first SUMMED_MAX split counts (2 to 16): on a probe of 16 long-K shapes
-# with few tiles, summed at 16 splits was the fastest candidate on 3 (by 2.6-6.4%); at 32 the sum was
-# slower than the reduction kernel for 62 of 64 tile-shape pairs (docs/perf-notes.md)
+# with few tiles (four tiles split 8, 16 and 32 ways, both ways), summed at 16 splits was the fastest
+# of the probe's 24 configs on 3 (by 2.6-6.4%); at 32 the sum was slower than the reduction kernel
+# for 62 of 64 tile-shape pairs (docs/perf-notes.md)
 SUMMED_MAX = 4
 GLOBALS = ("red0", "red1", "hand", "summed", "launch")
 SMALL_ONLY = ("32x32",)  # offered only for products below SMALL_MACS multiply-adds
 SMALL_MACS = 1024**3  # the bench draw's smallest product (suites.DRAW), the small set's bound
-# The share of the narrow-access cost ``u`` paid at each width (access.row_width): 8-byte accesses
+# The share of the narrow-access costs ``u`` and ``l`` paid at each width (access.row_width): 8-byte accesses
 # recovered 49% of the log-time gap between 4- and 16-byte ones on two probes of 20 and 16 shapes
 # (docs/perf-notes.md, "8-byte accesses"), so they pay half.
 NARROW_SHARE = {4: 0.0, 2: 0.5, 1: 1.0}

@@ -61,11 +61,11 @@ SPLITS = (2, 4, 8, 16, 32, 64, 128, 256)
 SPLIT_TILES = ("128x128", "64x128", "128x64", "64x64", "64x64f", "32x256", "32x32")  # also run split over K
 STREAM_K_TILES = ("256x128", "128x128", "128x128w", "64x64f")  # also run as stream-K
 SUMMED_TILES = ("128x128", "64x128", "128x64", "64x64", "64x64f", "32x32")  # also split over K and summed in the kernel
-# summed in the kernel at the first SUMMED_MAX split counts (2 to 16): on a probe of 16 long-K shapes
+# summed in the kernel at up to SUMMED_MAX_SPLITS splits: on a probe of 16 long-K shapes
 # with few tiles (four tiles split 8, 16 and 32 ways, both ways), summed at 16 splits was the fastest
 # of the probe's 24 configs on 3 (by 2.6-6.4%); at 32 the sum was slower than the reduction kernel
 # for 62 of 64 tile-shape pairs (docs/perf-notes.md)
-SUMMED_MAX = 4
+SUMMED_MAX_SPLITS = 16
 GLOBALS = ("red0", "red1", "hand", "summed", "launch")
 SMALL_ONLY = ("32x32",)  # offered only for products below SMALL_MACS multiply-adds
 SMALL_MACS = 1024**3  # the bench draw's smallest product (suites.DRAW), the small set's bound
@@ -109,7 +109,7 @@ def candidates(M: int, N: int, K: int, count: int = 1, sms: int = 132) -> list[t
             out.append((f"{name} stream-K", {**TILES[name], "splits": 1, "sk": 1}))
     for name in SUMMED_TILES:
         if small or name not in SMALL_ONLY:
-            out += [(f"{name} split{s} summed", {**TILES[name], "splits": s, "sk": 2}) for s in splits[:SUMMED_MAX]]
+            out += [(f"{name} split{s} summed", {**TILES[name], "splits": s, "sk": 2}) for s in splits if s <= SUMMED_MAX_SPLITS]
     return out
 
 

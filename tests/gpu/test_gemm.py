@@ -537,7 +537,7 @@ def test_stream_k_on_two_streams_at_once(cp):
 
 
 @pytest.mark.parametrize("cfg", [{**selection.BIG, "splits": 4, "sk": 2}, {**autotune.SK_SMALL, "splits": 8, "sk": 2},
-                                 {**model.TILES["64x128"], "splits": model.SPLITS[model.SUMMED_MAX - 1], "sk": 2}])
+                                 {**model.TILES["64x128"], "splits": model.SUMMED_MAX_SPLITS, "sk": 2}])
 @pytest.mark.parametrize("shape", [(128, 4096, 4096, 1), (2000, 2000, 1000, 1), (300, 129, 777, 3), (5, 7, 9, 1)])
 def test_split_k_summed_in_the_kernel(cp, cfg, shape):
     """sk = 2 against float64 and against itself (bit-identical repeats), with alpha/beta; at

@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from . import access, model, results
+from . import access, model, residuals, results
 from .parsing import ArgParser, parse_args, run_command
 
 
@@ -79,6 +79,20 @@ def fit(rows: list[dict], per_sm: dict, sms: int, iterations: int = 60) -> tuple
         if lam > 1e8 or np.abs(step).max() < 1e-6:
             break
     return dict(zip(names, map(float, np.exp(x)))), float(np.sqrt(res @ res / len(res)))
+
+
+def residual_rows(rows: list[dict], c: dict, per_sm: dict, sms: int) -> dict:
+    """The residuals (residuals.py) of calibration ``rows`` under constants ``c``, by candidate."""
+    import math
+
+    out: dict = {}
+    for r in rows:
+        if r.get("ms") and r["batch"] == 1 and model.build(r["candidate"]) in per_sm:
+            t = model.predict(c, r["candidate"], r["config"], r["M"], r["N"], r["K"], 1,
+                              per_sm[model.build(r["candidate"])], sms, r["width"], r["out_width"])
+            out.setdefault(r["candidate"], []).append(
+                residuals.row(r["M"], r["N"], r["K"], r["width"], math.log(1e3 * r["ms"] / t)))
+    return out
 
 
 def load_calibration(paths) -> tuple[list[dict], dict, int, str]:
@@ -145,9 +159,12 @@ def model_table(files, small_files=(), layout_files=()) -> tuple[dict, str]:
         by_layout.setdefault(d.get("layout", "NN"), []).append(f)
     rows, per_sm, sms, gpu = load_calibration(files)
     consts, rms = fit(rows, per_sm, sms)
+    # the residuals correct the main set only: held out, they were measured there (docs/model.md);
+    # the small products' and layouts' sets have two to three seeds each, too few to hold one out
     doc = {"schema": 1, "kind": "model", "gpu": gpu, "sms": sms, "command": results.command(prog="python -m tilegemm.calibration"),
            "commit": results.commit(), "fitted_on": [Path(x).name for x in files], "rows": len(rows),
-           "rms_log_error": rms, "blocks_per_sm": per_sm, "constants": consts}
+           "rms_log_error": rms, "blocks_per_sm": per_sm, "constants": consts,
+           "residuals": residual_rows(rows, consts, per_sm, sms)}
     said = f"fitted {len(consts)} constants to {len(rows)} timings: rms log error {rms:.3f}"
     if small_files:
         s_rows, s_per_sm, s_sms, s_gpu = load_calibration(small_files)
@@ -186,8 +203,9 @@ def held_out(table: dict, paths) -> dict:
                           {})[r["candidate"]] = r
     picks, bests = [], []
     for (layout, M, N, K, count, width, out_width), rs in shapes.items():
-        ranked = model.ranked(*model.constants_for(table, M, N, K, count, layout), M, N, K, count, sms, layout,
-                              width, out_width)
+        s = model.set_for(table, M, N, K, count, layout)
+        ranked = model.ranked(s["constants"], s["blocks_per_sm"], M, N, K, count, sms, layout, width, out_width,
+                              s.get("residuals"))
         pick = next((name for name, _, _ in ranked if name in rs), None)
         if pick is None:
             continue
@@ -196,6 +214,17 @@ def held_out(table: dict, paths) -> dict:
         bests.append(math.log(cublas / min(r["ms"] for r in rs.values())))
     mean = lambda xs: math.exp(sum(xs) / len(xs)) if xs else float("nan")
     return {"shapes": len(picks), "pick": mean(picks), "best": mean(bests)}
+
+
+def dump_table(doc: dict) -> str:
+    """A model table as JSON text: indented, each candidate's residuals on one line (the main set
+    holds thousands of them)."""
+    text = json.dumps({k: v for k, v in doc.items() if k != "residuals"}, indent=1)
+    if "residuals" not in doc:
+        return text + "\n"
+    lines = ",\n".join(f"  {json.dumps(name)}: {json.dumps(rows, separators=(',', ':'))}"
+                       for name, rows in doc["residuals"].items())
+    return text[:-2] + f',\n "residuals": {{\n{lines}\n }}\n}}\n'
 
 
 def main(argv=None) -> int:
@@ -221,7 +250,7 @@ def main(argv=None) -> int:
             print(f"{said}; on {r['shapes']} held-out shapes its picks run at {r['pick']:.3f}x cuBLAS, "
                   f"the best candidate at {r['best']:.3f}x (each timed alone)")
             return 0
-        Path(a.out).write_text(json.dumps(doc, indent=1) + "\n")
+        Path(a.out).write_text(dump_table(doc))
         print(f"{said}; wrote {a.out}")
         return 0
 

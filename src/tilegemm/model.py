@@ -33,12 +33,16 @@ two sets: one for the bench's draw (at least 1024^3 multiply-adds, timed call by
 smaller products (timed from CUDA graphs: there the host takes longer per call than the GPU, and a
 call-by-call timing would fit the host's cost).  It may hold a set per operand layout too (its
 ``layouts``: fitted to calibrations of that layout), which serves that layout's shapes in the main
-set's domain.  ``constants_for`` picks the set for a shape.
+set's domain.  ``set_for`` picks the set for a shape.  The main set keeps its calibration's
+residuals too, which correct a single product's predictions where the constants are wrong the same
+way on nearby shapes (residuals.py).
 """
 
 from __future__ import annotations
 
-from . import access
+import math
+
+from . import access, residuals
 
 # tile configs of the family, all with the cp.async pipeline (3 stages, bk = 8)
 _PIPE = {"bk": 8, "swizzle": 8, "stages": 3}
@@ -75,17 +79,22 @@ SMALL_MACS = 1024**3  # the bench draw's smallest product (suites.DRAW), the sma
 NARROW_SHARE = {4: 0.0, 2: 0.5, 1: 1.0}
 
 
-def constants_for(table: dict, M: int, N: int, K: int, count: int, layout: str = "NN") -> tuple[dict, dict]:
-    """(constants, blocks per SM by build) of a model table for this shape: its small products' set
-    below that set's bound of multiply-adds, where the table has one; else the set of this layout,
-    where the table has one; else the main set."""
+def set_for(table: dict, M: int, N: int, K: int, count: int, layout: str = "NN") -> dict:
+    """The set of a model table that serves this shape: its small products' set below that set's
+    bound of multiply-adds, where the table has one; else the set of this layout, where the table
+    has one; else the main set (the table itself).  A set holds ``constants``, ``blocks_per_sm`` and
+    maybe ``residuals`` (residuals.py)."""
     small = table.get("small")
     if small and M * N * K * count < small["below_macs"]:
-        return small["constants"], small["blocks_per_sm"]
-    own = table.get("layouts", {}).get(layout)
-    if own:
-        return own["constants"], own["blocks_per_sm"]
-    return table["constants"], table["blocks_per_sm"]
+        return small
+    return table.get("layouts", {}).get(layout) or table
+
+
+def constants_for(table: dict, M: int, N: int, K: int, count: int, layout: str = "NN") -> tuple[dict, dict]:
+    """(constants, blocks per SM by build) of the set of a model table that serves this shape
+    (``set_for``)."""
+    s = set_for(table, M, N, K, count, layout)
+    return s["constants"], s["blocks_per_sm"]
 
 
 def candidates(M: int, N: int, K: int, count: int = 1, sms: int = 132) -> list[tuple[str, dict]]:
@@ -178,21 +187,26 @@ def _predict(c: dict, tile: str, cfg: dict, M: int, N: int, K: int, count: int, 
 
 
 def ranked(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int,
-           layout: str = "NN", width: int | None = None, out_width: int | None = None) -> list[tuple[str, dict, float]]:
+           layout: str = "NN", width: int | None = None, out_width: int | None = None,
+           near: dict | None = None) -> list[tuple[str, dict, float]]:
     """Every candidate with a build in ``per_sm`` (blocks per SM by build, ``build``) and its tile's
     constants in ``c`` as (name, config, predicted microseconds), the fastest first; the operands
     and the result taken as contiguous arrays of ``layout`` (their rows' alignment follows from the
-    shape), unless ``width`` and ``out_width`` give the access widths (access.row_width, out_width)."""
+    shape), unless ``width`` and ``out_width`` give the access widths (access.row_width, out_width).
+    ``near``: the set's calibration residuals (residuals.py); a single product's predictions are
+    corrected by them (the calibrations time single products)."""
     width = access.row_width(layout, M, N, K, count) if width is None else width
     out_width = access.out_width(N) if out_width is None else out_width
-    out = [(name, cfg, predict(c, name, cfg, M, N, K, count, per_sm[build(name)], sms, width, out_width))
+    corr = residuals.corrections(near, M, N, K, width) if count == 1 else {}
+    out = [(name, cfg, predict(c, name, cfg, M, N, K, count, per_sm[build(name)], sms, width, out_width)
+            * math.exp(corr.get(name, 0.0)))
            for name, cfg in candidates(M, N, K, count, sms)
            if build(name) in per_sm and f"{name.split()[0]}.f" in c]
     return sorted(out, key=lambda x: x[2])
 
 
 def choose(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int,
-           layout: str = "NN") -> tuple[str, dict, float] | None:
+           layout: str = "NN", near: dict | None = None) -> tuple[str, dict, float] | None:
     """(name, config, predicted microseconds) of the candidate the model predicts fastest."""
-    best = ranked(c, per_sm, M, N, K, count, sms, layout)
+    best = ranked(c, per_sm, M, N, K, count, sms, layout, near=near)
     return best[0] if best else None

@@ -1,0 +1,82 @@
+"""GPU-free: the calibration residuals' correction of the cost model (residuals.py)."""
+
+import math
+
+import pytest
+
+from tilegemm import model, residuals
+
+
+def test_no_residuals_no_correction():
+    assert residuals.correction(None, "128x128", 1000, 1000, 1000, 4) == 0.0
+    assert residuals.correction({"64x64": [residuals.row(1000, 1000, 1000, 4, 0.3)]}, "128x128", 1000, 1000, 1000, 4) == 0.0
+
+
+def test_the_correction_is_a_shrunk_weighted_mean():
+    one = residuals.row(1024, 2048, 4096, 4, 0.2)
+    # one timing at the shape itself: half its error (its weight 1 against PRIOR 1)
+    assert residuals.correction({"t": [one]}, "t", 1024, 2048, 4096, 4) == pytest.approx(0.2 * 1 / (1 + residuals.PRIOR))
+    # many timings there: nearly all of it
+    assert residuals.correction({"t": [one] * 200}, "t", 1024, 2048, 4096, 4) == pytest.approx(0.2, rel=0.01)
+    # a factor of two away in one dimension weighs exp(-1/2); another access width one doubling more
+    w = math.exp(-0.5 / residuals.BANDWIDTH**2)
+    assert residuals.correction({"t": [one]}, "t", 2048, 2048, 4096, 4) == pytest.approx(0.2 * w / (residuals.PRIOR + w), rel=1e-3)
+    assert residuals.correction({"t": [one]}, "t", 1024, 2048, 4096, 1) == pytest.approx(0.2 * w / (residuals.PRIOR + w), rel=1e-3)
+    # far away: nothing
+    assert residuals.correction({"t": [one]}, "t", 128, 16384, 128, 4) == pytest.approx(0.0, abs=1e-6)
+    # two errors of opposite sign at the same distance cancel
+    both = [one, residuals.row(1024, 2048, 4096, 4, -0.2)]
+    assert residuals.correction({"t": both}, "t", 1024, 2048, 4096, 4) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_ranked_multiplies_a_single_products_prediction_by_the_correction():
+    c = {}
+    for t, cfg in model.TILES.items():
+        c.update({f"{t}.f": 5.0, f"{t}.a": 1.0, f"{t}.b": 0.3, f"{t}.u": 0.1, f"{t}.l": 0.1, f"{t}.v": 10.0})
+    c.update(red0=3.0, red1=0.004, hand=5.0, summed=2.0, launch=3.0)
+    per_sm = {model.build(n): 2 for n, _ in model.candidates(3000, 3000, 3000)}
+    plain = {n: t for n, _, t in model.ranked(c, per_sm, 3000, 3000, 3000, 1, 132)}
+    first = min(plain, key=plain.get)
+    near = {first: [residuals.row(3000, 3000, 3000, 4, 1.0)] * 50}  # the model's favourite, measured e times slower
+    fixed = {n: t for n, _, t in model.ranked(c, per_sm, 3000, 3000, 3000, 1, 132, near=near)}
+    assert fixed[first] == pytest.approx(plain[first] * math.exp(50 / (50 + residuals.PRIOR)), rel=1e-3)
+    assert all(fixed[n] == plain[n] for n in plain if n != first)
+    assert model.choose(c, per_sm, 3000, 3000, 3000, 1, 132, near=near)[0] != first
+    # a batch is not corrected: the calibrations time single products
+    assert model.ranked(c, per_sm, 3000, 3000, 3000, 2, 132, near=near) == model.ranked(c, per_sm, 3000, 3000, 3000, 2, 132)
+
+
+def test_corrected_predictions_still_grow_with_k_and_waves():
+    """The shipped tables' corrected times: twice the K is never predicted faster for a candidate,
+    nor twice the rows where that adds rounds of blocks on an SM (stream-K aside: its last round
+    is shared, test_model.py).  The correction
+    moves smoothly: a doubling changes it by a fraction of what the work adds.  (Within one partial
+    wave the model's time stays level as rows are added, and the correction may fall a little.)"""
+    import json
+    import random
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "src" / "tilegemm" / "tables"
+    rng = random.Random(11)
+    for table in ("model-NVIDIA-H100-80GB-HBM3.json", "model-NVIDIA-H200.json"):
+        t = json.loads((folder / table).read_text())
+        assert t["residuals"]
+        checked = 0
+        for _ in range(80):
+            M, N, K = (int(2 ** rng.uniform(7, 13.5)) for _ in range(3))
+            s = model.set_for(t, M, N, K, 1)
+            if "residuals" not in s:
+                continue
+
+            def times(m, n, k):
+                return {name: (cfg, tt) for name, cfg, tt in model.ranked(s["constants"], s["blocks_per_sm"], m, n, k, 1,
+                                                                          t["sms"], near=s["residuals"])}
+            base, more_k, more_m = times(M, N, K), times(M, N, 2 * K), times(2 * M, N, K)
+            for name, (cfg, tt) in base.items():
+                assert more_k.get(name, (cfg, tt))[1] >= tt, (table, name, (M, N, K))
+                wave = t["sms"] * s["blocks_per_sm"][model.build(name)]
+                rounds = [-(-(-(-m // cfg["bm"]) * -(-N // cfg["bn"]) * cfg["splits"]) // wave) for m in (M, 2 * M)]
+                if rounds[1] > rounds[0] and name in more_m and not name.endswith("stream-K"):
+                    assert more_m[name][1] >= tt, (table, name, (M, N, K))
+                    checked += 1
+        assert checked > 500

@@ -69,11 +69,13 @@ def run(args) -> int:
                              tuple(sorted((k, v) for k, v in cfg.items() if k != "splits")))
         occupancy[name] = fn.resident_blocks() // props.sms
     rows = []
-    # pairs: the kernels read rows that are 8- but not 16-byte aligned 8 bytes at a time (the
-    # calibration's loader charges those rows accordingly; files without it were measured before)
+    # pairs: the kernels read rows that are 8- but not 16-byte aligned 8 bytes at a time; odd_copies:
+    # rows read 4 bytes at a time are copied from access.ODD_COPY_MACS_PER_ELEMENT (the calibration's
+    # loader labels the rows accordingly; files without them were measured before)
     doc = results.document(rows, cmd=results.command(prog="python scripts/calibrate.py"), kind="calibration",
                            seed=args.seed, n=args.n, draw=draw, timer="graph" if args.small else "events",
-                           configs=configs, blocks_per_sm=occupancy, pairs=True, layout=args.layout)
+                           configs=configs, blocks_per_sm=occupancy, pairs=True, odd_copies=True,
+                           layout=args.layout)
     for i, (M, N, K, layout, count) in enumerate(shapes):
         cands = model.candidates(M, N, K, count, props.sms)
         sets, outs = timing.input_sets(M, N, K, layout, count)

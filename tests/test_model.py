@@ -142,7 +142,8 @@ def test_the_selection_takes_the_model_where_no_table_holds_the_shape(fitted, tm
     sel = selection.Selector(props, "1", "13.0")
     for shape in ((777, 999, 1111), (1777, 999, 2111), (48, 48, 48)):  # the main set, the small set
         cfg, source = sel("NN", *shape, 1)
-        expected = model.choose(*model.constants_for(fitted, *shape, 1), *shape, 1, 132)[1]
+        s = model.set_for(fitted, *shape, 1)  # the main set corrected by its residuals, the small set not
+        expected = model.choose(s["constants"], s["blocks_per_sm"], *shape, 1, 132, near=s.get("residuals"))[1]
         assert source == "model" and cfg == expected
     assert sel("NN", 4096, 4096, 4096, 1)[1] == "shipped"  # measured entries first
     assert sel("NN", 4095, 4095, 4095, 1)[1] == "shipped"

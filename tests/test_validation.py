@@ -287,6 +287,9 @@ def test_row_width_follows_the_layout():
     assert access.row_width("TN", 1001, 1000, 64) == 1 and access.row_width("TT", 1002, 1001, 64) == 2
     assert access.row_width("NN", 1000, 1002, 64, pairs=False) == 1
     assert access.row_width("NN", 4096, 1001, 4096) == 4  # B is copied into aligned rows (M >= 2048)
+    assert access.row_width("NN", 1024, 1001, 4096) == 4  # rows 4 bytes off: copied from M >= 1024
+    assert access.row_width("NN", 1024, 1001, 4096, odd=False) == 1  # as calibrations before that ran
+    assert access.row_width("NN", 1024, 1002, 4096) == 2  # 8-byte aligned rows: from 2048
 
 
 def test_out_width_follows_the_result_s_rows():
@@ -312,24 +315,30 @@ def test_family_widths_per_operand():
 
 @pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
 def test_family_copies_rule(layout):
-    def copies(M, N, K, aligned=(False, False), cp_async=True, count=1):
-        return access.family_copies(layout, cp_async, aligned, M, N, K, count)
+    def copies(M, N, K, widths=(1, 1), cp_async=True, count=1, odd=True):
+        return access.family_copies(layout, cp_async, widths, M, N, K, count, odd)
 
     along = (layout[0] == "T", layout[1] == "N")  # the operands copied along their rows
     big = (2048, 2048, 1000)
-    assert copies(*big) == along
-    assert copies(*big, aligned=(True, True)) == (False, False)
+    assert copies(*big) == along == copies(*big, widths=(2, 2))
+    assert copies(*big, widths=(4, 4)) == (False, False)
     assert copies(*big, cp_async=False) == (False, False)
     assert copies(*big, count=2) == (False, False)
     assert copies(2048, 2048, 0) == (False, False)
-    # B (K x N) pays from M >= 2048, or M >= 640 when its rows are narrow; A (K x M) likewise with N
-    assert copies(2047, 2047, 1000) == (False, False)
-    assert copies(640, 384, 1000) == (along[0] and False, along[1])
-    assert copies(384, 640, 1000) == (along[0], along[1] and False)
-    assert copies(639, 384, 1000)[1] is False and copies(640, 385, 1000)[1] is False
+    # B (K x N) pays from M >= 2048, or M >= 640 when its rows are narrow, or M >= 1024 when they are
+    # not even 8-byte aligned; A (K x M) likewise with N
+    assert copies(2047, 2047, 1000, widths=(2, 2)) == (False, False)
+    assert copies(1024, 1024, 1000) == along and copies(1023, 1023, 1000) == (False, False)
+    assert copies(1024, 1024, 1000, odd=False) == (False, False)  # the rule before the odd threshold
+    assert copies(1024, 1024, 1000, widths=(2, 2)) == (False, False)
+    assert copies(1024, 1024, 1000, widths=(1, 2)) == (along[0], False)
+    assert copies(640, 384, 1000, widths=(2, 2)) == (along[0] and False, along[1])
+    assert copies(384, 640, 1000, widths=(2, 2)) == (along[0], along[1] and False)
+    assert copies(639, 384, 1000)[1] is False and copies(640, 385, 1000, widths=(2, 2))[1] is False
     # more multiply-adds per element copied never turns a copy off
-    for M in (100, 640, 1000, 2047, 2048, 5000):
-        assert copies(M + 1, 300, 700)[1] >= copies(M, 300, 700)[1]
+    for w in (1, 2):
+        for M in (100, 640, 1000, 1023, 1024, 2047, 2048, 5000):
+            assert copies(M + 1, 300, 700, widths=(w, w))[1] >= copies(M, 300, 700, widths=(w, w))[1]
 
 
 def test_default_kernel_is_the_family():

@@ -43,24 +43,30 @@ def copy_floats(view: tuple) -> int:
 
 
 # Copying an operand whose rows are not 16-byte aligned into aligned rows lets the family copy its
-# tiles 16 bytes at a time instead of 4.  The copy reads and writes the operand once, about 60/P of
-# the product's time on the H100 where P is the product's multiply-adds per element copied (M for B
-# in NN).  Measured (docs/perf-notes.md): the aligned copy gains 0-10% on most shapes and 5-30% where
-# the operand's rows are narrow (few columns of B), so it is made when P reaches COPY_MACS_PER_ELEMENT
-# (the copy then costs at most about 3%), or NARROW_COPY_MACS_PER_ELEMENT for rows of at most
-# NARROW_ROWS floats.
+# tiles 16 bytes at a time instead of 4 or 8.  The copy reads and writes the operand once, about
+# 60/P of the product's time on the H100 where P is the product's multiply-adds per element copied
+# (M for B in NN).  Measured (docs/perf-notes.md): the aligned copy gains 0-10% on most shapes and
+# 5-30% where the operand's rows are narrow (few columns of B), so it is made when P reaches
+# COPY_MACS_PER_ELEMENT (the copy then costs at most about 3%), or NARROW_COPY_MACS_PER_ELEMENT for
+# rows of at most NARROW_ROWS floats, or ODD_COPY_MACS_PER_ELEMENT for rows that are not even 8-byte
+# aligned (read 4 bytes at a time: on 40 shapes with B's rows so, copying B gained 8.8% on average
+# from M = 1000, 1.7% from 500, and lost 9.5% below; rows 8-byte aligned gained nothing).
 COPY_MACS_PER_ELEMENT = 2048
 NARROW_ROWS = 384
 NARROW_COPY_MACS_PER_ELEMENT = 640
+ODD_COPY_MACS_PER_ELEMENT = 1024
 # No copy holds more floats than this (1 GiB of workspace); the Hopper path's copies keep the same bound
 COPY_LIMIT = 1 << 28
 
 
-def family_copies(layout: str, copies: bool, aligned: tuple, M: int, N: int, K: int, count: int) -> tuple[bool, bool]:
+def family_copies(layout: str, copies: bool, widths: tuple, M: int, N: int, K: int, count: int,
+                  odd: bool = True) -> tuple[bool, bool]:
     """Whether the family reads A, B from aligned copies in the workspace: only operands it copies
     along their rows (A as a transposed view, B as stored; ``copies``: the cp.async configs), not
-    16-byte aligned (``aligned``: A's, B's), one product per run, when the copy pays and holds at
-    most COPY_LIMIT floats."""
+    16-byte aligned (``widths``: A's, B's access width in floats, 4, 2 or 1, as ``vector_width``
+    with pairs), one product per run, when the copy pays and holds at most COPY_LIMIT floats.
+    ``odd``: rows of width 1 are copied from ODD_COPY_MACS_PER_ELEMENT (False: the rule before
+    that threshold, which calibrations measured before it ran under)."""
     along = (layout[0] == "T", layout[1] == "N")
     views = stored_views(layout, M, N, K)  # an operand copied along its rows is K x (its M or N)
 
@@ -69,20 +75,21 @@ def family_copies(layout: str, copies: bool, aligned: tuple, M: int, N: int, K: 
             return False
         row = views[i][1]
         per = M * N // row  # multiply-adds per element copied
-        return per >= COPY_MACS_PER_ELEMENT or (row <= NARROW_ROWS and per >= NARROW_COPY_MACS_PER_ELEMENT)
+        return (per >= COPY_MACS_PER_ELEMENT or (row <= NARROW_ROWS and per >= NARROW_COPY_MACS_PER_ELEMENT)
+                or (odd and widths[i] == 1 and per >= ODD_COPY_MACS_PER_ELEMENT))
 
-    return tuple(bool(copies and count == 1 and along[i] and not aligned[i] and K > 0 and pays(i)) for i in (0, 1))
+    return tuple(bool(copies and count == 1 and along[i] and widths[i] != 4 and K > 0 and pays(i)) for i in (0, 1))
 
 
-def row_width(layout: str, M: int, N: int, K: int, count: int = 1, pairs: bool = True) -> int:
+def row_width(layout: str, M: int, N: int, K: int, count: int = 1, pairs: bool = True, odd: bool = True) -> int:
     """The narrowest access width (floats) with which the family's cp.async configs copy an operand
     along its rows, for contiguous operands of this shape: A when a transposed view (rows of M
     floats), B as stored (rows of N); 4 where the rows are 16-byte aligned or copied into aligned
-    rows (``family_copies``), 2 where they are 8-byte aligned (``pairs``: the kernels take 8-byte
-    accesses), else 1.  What the cost model charges for (model.NARROW_SHARE)."""
+    rows (``family_copies``, ``odd`` as there), 2 where they are 8-byte aligned (``pairs``: the
+    kernels take 8-byte accesses), else 1.  What the cost model charges for (model.NARROW_SHARE)."""
     along = ((layout[0] == "T", M), (layout[1] == "N", N))
     widths = [vector_width((0, n), pairs=pairs) for _, n in along]  # contiguous: 256-byte aligned, rows of n
-    copied = family_copies(layout, True, tuple(w == 4 for w in widths), M, N, K, count)
+    copied = family_copies(layout, True, tuple(widths), M, N, K, count, odd)
     return min((4 if copy else w for (is_along, _), w, copy in zip(along, widths, copied) if is_along), default=4)
 
 

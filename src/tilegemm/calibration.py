@@ -101,7 +101,8 @@ def load_calibration(paths) -> tuple[list[dict], dict, int, str]:
     row's shape (``model.candidates``) are left out, and the blocks per SM of builds no row is left of.
     Each row gets the access widths its operands were read and its result stored with
     (access.row_width, out_width; "width", "out_width"): files measured before the kernels took
-    8-byte accesses lack ``"pairs": true``."""
+    8-byte accesses lack ``"pairs": true``, and those measured before rows read 4 bytes at a time
+    were copied from ``access.ODD_COPY_MACS_PER_ELEMENT`` lack ``"odd_copies": true``."""
     rows, per_sm, sms, gpu = [], {}, None, None
     for p in paths:
         d = _read(p, gpu)
@@ -112,7 +113,7 @@ def load_calibration(paths) -> tuple[list[dict], dict, int, str]:
                 offered[key] = {n for n, _ in model.candidates(*key, d["sms"])}
             if model.current(r["candidate"], r["config"]) and r["candidate"] in offered[key]:
                 pairs = bool(d.get("pairs"))
-                rows.append({**r, "width": access.row_width(r["layout"], *key, pairs=pairs),
+                rows.append({**r, "width": access.row_width(r["layout"], *key, pairs=pairs, odd=bool(d.get("odd_copies"))),
                              "out_width": access.out_width(r["N"], pairs=pairs)})
         per_sm.update({model.build(name): n for name, n in d["blocks_per_sm"].items()
                        if model.current(name, d["configs"][name])})

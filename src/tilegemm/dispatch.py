@@ -286,7 +286,7 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
     splits = 1 if sk == 1 else max(1, min(int(config.get("splits", 1)), -(-g.K // 4)))
     cp_async = registry.FAMILY.params(cfg)["stages"] >= 2
     ops = [(at[A], g.lda, sa), (at[B], g.ldb, sb)]
-    copied = family_copies(g.layout, cp_async, [vector_width(o) == 4 for o in ops], g.M, g.N, g.K, g.count)
+    copied = family_copies(g.layout, cp_async, [vector_width(o, pairs=True) for o in ops], g.M, g.N, g.K, g.count)
     views = stored_views(g.layout, g.M, g.N, g.K)
     for i in (0, 1):
         if copied[i]:

@@ -42,8 +42,11 @@ def test_ranked_multiplies_a_single_products_prediction_by_the_correction():
     assert fixed[first] == pytest.approx(plain[first] * math.exp(50 / (50 + residuals.PRIOR)), rel=1e-3)
     assert all(fixed[n] == plain[n] for n in plain if n != first)
     assert model.choose(c, per_sm, 3000, 3000, 3000, 1, 132, near=near)[0] != first
-    # a batch is not corrected: the calibrations time single products
+    # a batch is not corrected: the calibrations time single products; nor another layout than theirs
     assert model.ranked(c, per_sm, 3000, 3000, 3000, 2, 132, near=near) == model.ranked(c, per_sm, 3000, 3000, 3000, 2, 132)
+    for layout in ("NT", "TN", "TT"):
+        assert (model.ranked(c, per_sm, 3000, 3000, 3000, 1, 132, layout, near=near)
+                == model.ranked(c, per_sm, 3000, 3000, 3000, 1, 132, layout))
 
 
 def test_corrected_predictions_still_grow_with_k_and_waves():

@@ -335,6 +335,8 @@ def test_family_copies_rule(layout):
     assert copies(640, 384, 1000, widths=(2, 2)) == (along[0] and False, along[1])
     assert copies(384, 640, 1000, widths=(2, 2)) == (along[0], along[1] and False)
     assert copies(639, 384, 1000)[1] is False and copies(640, 385, 1000, widths=(2, 2))[1] is False
+    with pytest.raises(ValueError, match="access widths"):
+        copies(*big, widths=(True, False))  # the aligned booleans of the rule before widths
     # more multiply-adds per element copied never turns a copy off
     for w in (1, 2):
         for M in (100, 640, 1000, 1023, 1024, 2047, 2048, 5000):

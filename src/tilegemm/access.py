@@ -67,6 +67,8 @@ def family_copies(layout: str, copies: bool, widths: tuple, M: int, N: int, K: i
     with pairs), one product per run, when the copy pays and holds at most COPY_LIMIT floats.
     ``odd``: rows of width 1 are copied from ODD_COPY_MACS_PER_ELEMENT (False: the rule before
     that threshold, which calibrations measured before it ran under)."""
+    if any(isinstance(w, bool) or w not in (1, 2, 4) for w in widths):
+        raise ValueError(f"widths must be access widths 4, 2 or 1 (floats), not {widths!r}")
     along = (layout[0] == "T", layout[1] == "N")
     views = stored_views(layout, M, N, K)  # an operand copied along its rows is K x (its M or N)
 

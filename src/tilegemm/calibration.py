@@ -1,6 +1,7 @@
 """Fitting the cost model (model.py) to calibration measurements (scripts/calibrate.py): the
 constants that minimise the squared error of log time, by Levenberg-Marquardt with NumPy alone, and
-the model table the selection reads (``tilegemm/tables/model-<gpu>.json``).
+the model table the selection reads (``tilegemm/tables/model-<gpu>.json``), which keeps the main
+set's residuals too (``residual_rows``: what corrects its predictions, residuals.py).
 
     python -m tilegemm.calibration fit CALIBRATION.json ... [--small CALIBRATION-SMALL.json ...] \
         [--layouts CALIBRATION-NT.json ...] --out src/tilegemm/tables/model-<gpu>.json
@@ -15,6 +16,7 @@ small products' bound.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -83,8 +85,6 @@ def fit(rows: list[dict], per_sm: dict, sms: int, iterations: int = 60) -> tuple
 
 def residual_rows(rows: list[dict], c: dict, per_sm: dict, sms: int) -> dict:
     """The residuals (residuals.py) of calibration ``rows`` under constants ``c``, by candidate."""
-    import math
-
     out: dict = {}
     for r in rows:
         if r.get("ms") and r["batch"] == 1 and model.build(r["candidate"]) in per_sm:
@@ -192,7 +192,7 @@ def model_table(files, small_files=(), layout_files=()) -> tuple[dict, str]:
 
 def held_out(table: dict, paths) -> dict:
     """What a model table picks on calibration files it was not fitted to (each shape by the set
-    ``model.constants_for`` gives it): per shape the
+    ``model.set_for`` gives it, corrected by that set's residuals): per shape the
     measured time of the candidate it ranks first among those measured, of the best measured, and
     cuBLAS's; the geometric means of cuBLAS's time over each (candidates timed one at a time)."""
     import math

@@ -34,8 +34,8 @@ smaller products (timed from CUDA graphs: there the host takes longer per call t
 call-by-call timing would fit the host's cost).  It may hold a set per operand layout too (its
 ``layouts``: fitted to calibrations of that layout), which serves that layout's shapes in the main
 set's domain.  ``set_for`` picks the set for a shape.  The main set keeps its calibration's
-residuals too, which correct a single product's predictions where the constants are wrong the same
-way on nearby shapes (residuals.py).
+residuals too, which correct a single NN product's predictions where the constants are wrong the
+same way on nearby shapes (residuals.py).
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ SUMMED_TILES = ("128x128", "64x128", "128x64", "64x64", "64x64f", "32x32")  # al
 # for 62 of 64 tile-shape pairs (docs/perf-notes.md)
 SUMMED_MAX_SPLITS = 16
 GLOBALS = ("red0", "red1", "hand", "summed", "launch")
+RESIDUALS_LAYOUT = "NN"  # the layout of the main set's calibrations, whose residuals correct it (residuals.py)
 SMALL_ONLY = ("32x32",)  # offered only for products below SMALL_MACS multiply-adds
 SMALL_MACS = 1024**3  # the bench draw's smallest product (suites.DRAW), the small set's bound
 # The share of the narrow-access costs ``u`` and ``l`` paid at each width (access.row_width): 8-byte accesses
@@ -193,11 +194,12 @@ def ranked(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int,
     constants in ``c`` as (name, config, predicted microseconds), the fastest first; the operands
     and the result taken as contiguous arrays of ``layout`` (their rows' alignment follows from the
     shape), unless ``width`` and ``out_width`` give the access widths (access.row_width, out_width).
-    ``near``: the set's calibration residuals (residuals.py); a single product's predictions are
-    corrected by them (the calibrations time single products)."""
+    ``near``: the set's calibration residuals (residuals.py); a single product's predictions in
+    RESIDUALS_LAYOUT are corrected by them (the main set's calibrations time single NN products;
+    another layout copies other operands another way, and no calibration measured the correction there)."""
     width = access.row_width(layout, M, N, K, count) if width is None else width
     out_width = access.out_width(N) if out_width is None else out_width
-    corr = residuals.corrections(near, M, N, K, width) if count == 1 else {}
+    corr = residuals.corrections(near, M, N, K, width) if count == 1 and layout == RESIDUALS_LAYOUT else {}
     out = [(name, cfg, predict(c, name, cfg, M, N, K, count, per_sm[build(name)], sms, width, out_width)
             * math.exp(corr.get(name, 0.0)))
            for name, cfg in candidates(M, N, K, count, sms)

@@ -11,7 +11,8 @@ calibration shapes lie near (docs/model.md):
     corr = sum(w_i * r_i) / (PRIOR + sum(w_i)),   w_i = exp(-d_i^2 / (2 * BANDWIDTH^2)),
     d_i^2 = |log2 shape - log2 shape_i|^2 + WIDTH_STEP * (width != width_i)
 
-and the model's time for the candidate is multiplied by exp(corr).  Held out (each calibration
+and the model's time for the candidate is multiplied by exp(corr) (for single NN products: the
+calibrations' layout, model.RESIDUALS_LAYOUT).  Held out (each calibration
 seed picked on by a table fitted to the others) it brought the picks from 1.037x to 1.047x cuBLAS
 on the H100's five seeds, against 1.061x for the best candidate (docs/model.md).
 """
@@ -38,7 +39,9 @@ def correction(near: dict | None, name: str, M: int, N: int, K: int, width: int)
     return corrections(near, M, N, K, width).get(name, 0.0)
 
 
-_ARRAYS: dict = {}  # id(near) -> (near, names, candidate index, shapes, widths, errors)
+# id(near) -> (near, names, candidate index, shapes, widths, errors): a table's residuals as arrays,
+# built on first use (a residuals dict changed in place afterwards is not seen; tables are read-only)
+_ARRAYS: dict = {}
 
 
 def _arrays(near: dict) -> tuple:

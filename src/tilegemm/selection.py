@@ -8,7 +8,8 @@ path does no file I/O:
 2. the table shipped in the package for this GPU name (``tilegemm/tables/<gpu>.json``);
 3. the cost model (model.py) where its constants were fitted for this GPU
    (``tilegemm/tables/model-<gpu>.json``, a set for small products and one for the rest): the
-   candidate it predicts fastest;
+   candidate it predicts fastest, NN predictions corrected by the calibration's residuals near the
+   shape (residuals.py);
 4. the heuristic below (any GPU).
 Per layout (the call's, then NN's, whose configs it may borrow): entries measured on the very shape
 come first, from either table; then the user's entry of the shape's bucket (M, N, K and the batch

@@ -111,25 +111,25 @@ def test_the_h200_table_refits_from_its_calibration_data():
 
 def test_a_layout_with_its_own_set_takes_it_above_the_small_bound(fitted):
     nt = fitted["layouts"]["NT"]
-    assert model.constants_for(fitted, 2000, 3000, 4000, 1, "NT") == (nt["constants"], nt["blocks_per_sm"])
+    assert model.set_for(fitted, 2000, 3000, 4000, 1, "NT") is nt
     for layout in ("NN", "TN", "TT"):  # the main set
-        assert model.constants_for(fitted, 2000, 3000, 4000, 1, layout)[0] is fitted["constants"]
-    assert model.constants_for(fitted, 64, 64, 64, 1, "NT")[0] is fitted["small"]["constants"]
+        assert model.set_for(fitted, 2000, 3000, 4000, 1, layout) is fitted
+    assert model.set_for(fitted, 64, 64, 64, 1, "NT") is fitted["small"]
 
 
 def test_small_products_take_the_small_set_below_its_bound(fitted):
     bound = fitted["small"]["below_macs"]
-    assert model.constants_for(fitted, 64, 64, 64, 1) == (fitted["small"]["constants"], fitted["small"]["blocks_per_sm"])
-    assert model.constants_for(fitted, 1024, 1024, 1024, 1)[0] is fitted["constants"]  # exactly the bound
-    assert model.constants_for(fitted, 512, 512, 512, 8)[0] is fitted["constants"]  # a batch counts its work
-    assert model.constants_for(fitted, 1023, 1024, 1024, 1)[0] is fitted["small"]["constants"]
+    assert model.set_for(fitted, 64, 64, 64, 1) is fitted["small"]
+    assert model.set_for(fitted, 1024, 1024, 1024, 1) is fitted  # exactly the bound
+    assert model.set_for(fitted, 512, 512, 512, 8) is fitted  # a batch counts its work
+    assert model.set_for(fitted, 1023, 1024, 1024, 1) is fitted["small"]
     assert 1024**3 == bound
     # the 32 x 32 tile exists only in the small set; products of 64^3 take it, large ones never see it
     assert "32x32" in fitted["small"]["blocks_per_sm"] and "32x32" not in fitted["blocks_per_sm"]
-    assert model.choose(*model.constants_for(fitted, 64, 64, 64, 1), 64, 64, 64, 1, 132)[0] == "32x32"
+    assert model.ranked_for(fitted, 64, 64, 64, 1, 132)[0][0] == "32x32"
     for M, N, K in _shapes(200):
         if M * N * K >= bound:
-            name = model.choose(*model.constants_for(fitted, M, N, K, 1), M, N, K, 1, 132)[0]
+            name = model.ranked_for(fitted, M, N, K, 1, 132)[0][0]
             assert not name.startswith("32x32"), (M, N, K, name)
 
 
@@ -142,8 +142,7 @@ def test_the_selection_takes_the_model_where_no_table_holds_the_shape(fitted, tm
     sel = selection.Selector(props, "1", "13.0")
     for shape in ((777, 999, 1111), (1777, 999, 2111), (48, 48, 48)):  # the main set, the small set
         cfg, source = sel("NN", *shape, 1)
-        s = model.set_for(fitted, *shape, 1)  # the main set corrected by its residuals, the small set not
-        expected = model.choose(s["constants"], s["blocks_per_sm"], *shape, 1, 132, near=s.get("residuals"))[1]
+        expected = model.ranked_for(fitted, *shape, 1, 132)[0][1]  # the set's constants and residuals
         assert source == "model" and cfg == expected
     assert sel("NN", 4096, 4096, 4096, 1)[1] == "shipped"  # measured entries first
     assert sel("NN", 4095, 4095, 4095, 1)[1] == "shipped"

@@ -7,26 +7,30 @@ import pytest
 from tilegemm import model, residuals
 
 
+def correction(near, name, M, N, K, width):
+    return residuals.corrections(near, M, N, K, width).get(name, 0.0)
+
+
 def test_no_residuals_no_correction():
-    assert residuals.correction(None, "128x128", 1000, 1000, 1000, 4) == 0.0
-    assert residuals.correction({"64x64": [residuals.row(1000, 1000, 1000, 4, 0.3)]}, "128x128", 1000, 1000, 1000, 4) == 0.0
+    assert correction(None, "128x128", 1000, 1000, 1000, 4) == 0.0
+    assert correction({"64x64": [residuals.row(1000, 1000, 1000, 4, 0.3)]}, "128x128", 1000, 1000, 1000, 4) == 0.0
 
 
 def test_the_correction_is_a_shrunk_weighted_mean():
     one = residuals.row(1024, 2048, 4096, 4, 0.2)
     # one timing at the shape itself: half its error (its weight 1 against PRIOR 1)
-    assert residuals.correction({"t": [one]}, "t", 1024, 2048, 4096, 4) == pytest.approx(0.2 * 1 / (1 + residuals.PRIOR))
+    assert correction({"t": [one]}, "t", 1024, 2048, 4096, 4) == pytest.approx(0.2 * 1 / (1 + residuals.PRIOR))
     # many timings there: nearly all of it
-    assert residuals.correction({"t": [one] * 200}, "t", 1024, 2048, 4096, 4) == pytest.approx(0.2, rel=0.01)
+    assert correction({"t": [one] * 200}, "t", 1024, 2048, 4096, 4) == pytest.approx(0.2, rel=0.01)
     # a factor of two away in one dimension weighs exp(-1/2); another access width one doubling more
     w = math.exp(-0.5 / residuals.BANDWIDTH**2)
-    assert residuals.correction({"t": [one]}, "t", 2048, 2048, 4096, 4) == pytest.approx(0.2 * w / (residuals.PRIOR + w), rel=1e-3)
-    assert residuals.correction({"t": [one]}, "t", 1024, 2048, 4096, 1) == pytest.approx(0.2 * w / (residuals.PRIOR + w), rel=1e-3)
+    assert correction({"t": [one]}, "t", 2048, 2048, 4096, 4) == pytest.approx(0.2 * w / (residuals.PRIOR + w), rel=1e-3)
+    assert correction({"t": [one]}, "t", 1024, 2048, 4096, 1) == pytest.approx(0.2 * w / (residuals.PRIOR + w), rel=1e-3)
     # far away: nothing
-    assert residuals.correction({"t": [one]}, "t", 128, 16384, 128, 4) == pytest.approx(0.0, abs=1e-6)
+    assert correction({"t": [one]}, "t", 128, 16384, 128, 4) == pytest.approx(0.0, abs=1e-6)
     # two errors of opposite sign at the same distance cancel
     both = [one, residuals.row(1024, 2048, 4096, 4, -0.2)]
-    assert residuals.correction({"t": both}, "t", 1024, 2048, 4096, 4) == pytest.approx(0.0, abs=1e-12)
+    assert correction({"t": both}, "t", 1024, 2048, 4096, 4) == pytest.approx(0.0, abs=1e-12)
 
 
 def test_ranked_multiplies_a_single_products_prediction_by_the_correction():

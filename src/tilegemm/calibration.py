@@ -195,8 +195,6 @@ def held_out(table: dict, paths) -> dict:
     ``model.set_for`` gives it, corrected by that set's residuals): per shape the
     measured time of the candidate it ranks first among those measured, of the best measured, and
     cuBLAS's; the geometric means of cuBLAS's time over each (candidates timed one at a time)."""
-    import math
-
     rows, _, sms, _ = load_calibration(paths)
     shapes: dict = {}
     for r in rows:
@@ -204,9 +202,7 @@ def held_out(table: dict, paths) -> dict:
                           {})[r["candidate"]] = r
     picks, bests = [], []
     for (layout, M, N, K, count, width, out_width), rs in shapes.items():
-        s = model.set_for(table, M, N, K, count, layout)
-        ranked = model.ranked(s["constants"], s["blocks_per_sm"], M, N, K, count, sms, layout, width, out_width,
-                              s.get("residuals"))
+        ranked = model.ranked_for(table, M, N, K, count, sms, layout, width, out_width)
         pick = next((name for name, _, _ in ranked if name in rs), None)
         if pick is None:
             continue

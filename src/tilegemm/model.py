@@ -91,13 +91,6 @@ def set_for(table: dict, M: int, N: int, K: int, count: int, layout: str = "NN")
     return table.get("layouts", {}).get(layout) or table
 
 
-def constants_for(table: dict, M: int, N: int, K: int, count: int, layout: str = "NN") -> tuple[dict, dict]:
-    """(constants, blocks per SM by build) of the set of a model table that serves this shape
-    (``set_for``)."""
-    s = set_for(table, M, N, K, count, layout)
-    return s["constants"], s["blocks_per_sm"]
-
-
 def candidates(M: int, N: int, K: int, count: int = 1, sms: int = 132) -> list[tuple[str, dict]]:
     """(name, config) of every candidate for this shape: each tile data-parallel (the SMALL_ONLY ones
     below SMALL_MACS multiply-adds only); where the
@@ -205,6 +198,15 @@ def ranked(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int,
            for name, cfg in candidates(M, N, K, count, sms)
            if build(name) in per_sm and f"{name.split()[0]}.f" in c]
     return sorted(out, key=lambda x: x[2])
+
+
+def ranked_for(table: dict, M: int, N: int, K: int, count: int, sms: int, layout: str = "NN",
+               width: int | None = None, out_width: int | None = None) -> list[tuple[str, dict, float]]:
+    """``ranked`` with the set of a model table that serves this shape (``set_for``): its constants,
+    blocks per SM and residuals."""
+    s = set_for(table, M, N, K, count, layout)
+    return ranked(s["constants"], s["blocks_per_sm"], M, N, K, count, sms, layout, width, out_width,
+                  s.get("residuals"))
 
 
 def choose(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int,

@@ -4,9 +4,9 @@ A model table's set may keep its calibration's residuals: for every timing, the 
 shape (log2 M, N, K), the access width its operands were read with (access.row_width) and the log
 of measured over predicted time.  The model's error is not noise: the same candidate on shapes
 within a factor of two or so is wrong the same way (a narrow B costs more at some N than the tile's
-one narrow-read constant says, a tile's waves fit worse at some sizes).  ``correction`` is the
+one narrow-read constant says, a tile's waves fit worse at some sizes).  The correction is the
 kernel-weighted mean of that candidate's residuals near a shape, shrunk toward zero where few
-calibration shapes lie near (docs/model.md):
+calibration shapes lie near (``corrections``; docs/model.md):
 
     corr = sum(w_i * r_i) / (PRIOR + sum(w_i)),   w_i = exp(-d_i^2 / (2 * BANDWIDTH^2)),
     d_i^2 = |log2 shape - log2 shape_i|^2 + WIDTH_STEP * (width != width_i)
@@ -27,16 +27,11 @@ BANDWIDTH = 1.0  # log2 units: shapes a factor of two apart in one dimension wei
 PRIOR = 1.0  # the weight of "no correction": one calibration timing at the shape itself
 WIDTH_STEP = 1.0  # a timing at another access width counts as one doubling further away
 
+
 def row(M: int, N: int, K: int, width: int, error: float) -> list:
     """A residual as a table stores it: [log2 M, log2 N, log2 K, width, log(measured / predicted)],
     the shape to 0.01 of a log2 (0.7%), the error to 0.001."""
     return [round(math.log2(M), 2), round(math.log2(N), 2), round(math.log2(K), 2), int(width), round(error, 3)]
-
-
-def correction(near: dict | None, name: str, M: int, N: int, K: int, width: int) -> float:
-    """The log correction of candidate ``name``'s predicted time on this shape from ``near`` (a
-    set's residuals by candidate: lists of ``row``); 0.0 where there are none for it."""
-    return corrections(near, M, N, K, width).get(name, 0.0)
 
 
 # id(near) -> (near, names, candidate index, shapes, widths, errors): a table's residuals as arrays,
@@ -59,7 +54,8 @@ def _arrays(near: dict) -> tuple:
 
 
 def corrections(near: dict | None, M: int, N: int, K: int, width: int) -> dict:
-    """``correction`` of every candidate ``near`` holds residuals for, by name."""
+    """The log correction of the predicted time on this shape of every candidate ``near`` (a set's
+    residuals by candidate: lists of ``row``) holds residuals for, by name."""
     if not near:
         return {}
     _, names, index, shapes, widths, errors = _arrays(near)

@@ -257,9 +257,7 @@ class Selector:
         if not self._has_model():
             return []
         limits = Limits.from_props(self.props)
-        s = model.set_for(self._model, M, N, K, count, layout)
-        ranked = model.ranked(s["constants"], s["blocks_per_sm"], M, N, K, count, self.props.sms, layout,
-                              near=s.get("residuals"))
+        ranked = model.ranked_for(self._model, M, N, K, count, self.props.sms, layout)
         return [dict(cfg) for _, cfg, _ in ranked if not check_config(cfg, limits)][:n]
 
     def __call__(self, layout, M, N, K, count) -> tuple[dict, str]:

@@ -58,7 +58,7 @@ def enumerate_configs(limits: Limits) -> list[dict]:
 def score(cfg: dict, M: int, N: int, K: int, count: int, sms: int, limits: Limits) -> float:
     """A rough expected efficiency used only to order candidates: wave quantisation x FFMA per
     shared load x a cost for split-K's extra pass."""
-    threads = (cfg["bm"] // cfg["tm"]) * (cfg["bn"] // cfg["tn"])
+    threads = registry.family_threads(cfg)
     regs = registry.family_regs_estimate(cfg)
     if cfg["minb"]:
         regs = min(regs, limits.regs_per_sm // (cfg["minb"] * threads))
@@ -114,7 +114,7 @@ def candidates(M: int, N: int, K: int, count: int, sms: int, limits: Limits,
                                          and c["tm"] * c["tn"] >= 64][:1]
     for c in sk_bases:
         c = {**c, "splits": 1, "sk": 1}
-        threads = (c["bm"] // c["tm"]) * (c["bn"] // c["tn"])
+        threads = registry.family_threads(c)
         occ = occupancy(threads, registry.family_regs_estimate(c), registry.family_smem(c), limits)
         tiles = -(-M // c["bm"]) * -(-N // c["bn"]) * count
         if tiles < SK_WAVES * max(1, occ.blocks) * sms and c not in chosen and not F.violations(F.params(c), limits):

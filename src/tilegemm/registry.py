@@ -209,8 +209,12 @@ _register(KernelSpec(
 # --------------------------------------------------------------------------- the production family
 
 
-def _threads(p):
-    return (p["bm"] // p["tm"]) * (p["bn"] // p["tn"])
+def family_threads(p) -> int:
+    """Threads per block of gemm.cu: a (bm/tm) x (bn/tn) grid of threads per k slice, ks slices."""
+    return (p["bm"] // p["tm"]) * (p["bn"] // p["tn"]) * p.get("ks", 1)
+
+
+_threads = family_threads
 
 
 def _tile_loads(rows: int, cols: int, threads: int) -> bool:
@@ -224,8 +228,9 @@ def family_buffers(p) -> int:
 
 
 def family_smem(p) -> int:
-    """Dynamic shared memory of gemm.cu: per buffer a BK x (BM+4) and a BK x (BN+4) tile."""
-    return family_buffers(p) * p["bk"] * (p["bm"] + p["bn"] + 8) * 4
+    """Dynamic shared memory of gemm.cu: per buffer a BK x (BM+4) and a BK x (BN+4) tile; with ks k
+    slices at least the ks - 1 tiles of sums handed to slice 0 (they reuse the buffers)."""
+    return max(family_buffers(p) * p["bk"] * (p["bm"] + p["bn"] + 8), (p.get("ks", 1) - 1) * p["bm"] * p["bn"]) * 4
 
 
 def family_regs_estimate(p) -> int:
@@ -272,6 +277,11 @@ FAMILY_CONSTRAINTS = (
     _c("sk is 0 (a block per tile), 1 (stream-K, which takes splits = 1) or 2 (split-K summed in the kernel)",
        lambda p, lim: p["sk"] in (0, 1, 2) and (p["sk"] != 1 or p["splits"] == 1)),
     _c("mma is 0 (FFMA), 1 (TF32 tensor cores) or 3 (TF32x3)", lambda p, lim: p["mma"] in (0, 1, 3)),
+    _c("ks (k slices a block) is 1, or 2..4 with stages >= 2, mma = 0, sk = 0, bk a multiple of ks and "
+       "(bm/tm)*(bn/tn) a multiple of 32",
+       lambda p, lim: p["ks"] == 1 or (2 <= p["ks"] <= 4 and p["stages"] >= 2 and p["mma"] == 0 and p["sk"] == 0
+                                       and p["bk"] % p["ks"] == 0
+                                       and (p["bm"] // p["tm"]) * (p["bn"] // p["tn"]) % 32 == 0)),
     _c("with mma: tm = tn = 8, bm a multiple of 64 and bn of 32 (warps of 64 x 32), bk a multiple of 8, "
        "stages >= 2", lambda p, lim: p["mma"] == 0 or (p["tm"] == p["tn"] == 8 and p["bm"] % 64 == 0
                                                        and p["bn"] % 32 == 0 and p["bk"] % 8 == 0 and p["stages"] >= 2)),
@@ -285,7 +295,7 @@ FAMILY = KernelSpec(
     source="beyond the sources: rung 8 generalised (docs/perf-notes.md)",
     # the best config of the H100/H200 sweeps at 4096^3 and 8192^3 (selection.HUGE; rung 8's shape)
     defaults={"bm": 256, "bn": 128, "bk": 8, "tm": 16, "tn": 8, "ln": 2, "minb": 1, "swizzle": 8,
-              "stages": 3, "splits": 1, "order": 1, "sk": 0, "mma": 0},
+              "stages": 3, "splits": 1, "order": 1, "sk": 0, "mma": 0, "ks": 1},
     block=lambda p: (_threads(p), 1, 1),
     tile=lambda p: (p["bm"], p["bn"]),
     smem=family_smem,

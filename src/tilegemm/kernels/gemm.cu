@@ -23,6 +23,12 @@
 //              STAGES >= 2; LN and ORDER are not used
 //   TG_VEC_A, TG_VEC_B, TG_VEC_D: each operand's access width (tg_common.cuh); TG_TRANS_A,
 //              TG_TRANS_B as in every rung; TG_OFF64 as in tg_async.cuh
+//   KS         k slices a block: KS groups of (BM/TM) x (BN/TN) threads share each stage's copies and
+//              each reads BK/KS of its k rows into its own accumulators of the whole tile; at the end
+//              slices 1.. hand theirs to slice 0 through shared memory, which adds them in slice
+//              order and stores the tile (sliced K within a block: KS times the warps a tile, for
+//              products with too few tiles to fill the SMs, without split-K's pass through global
+//              memory).  KS > 1 takes STAGES >= 2, MMA = 0 and SK = 0
 //   SK         0: one block per tile (and split).  1: stream-K (Osama et al., PPoPP'23): a fixed grid
 //              of G resident blocks shares the count * tiles * ceil(K / BK) k-iterations evenly;
 //              see tilegemm_gemm's stream-K branch.  2: split-K whose splits add up the tile
@@ -80,10 +86,15 @@
 #ifndef MMA
 #define MMA 0
 #endif
+#ifndef KS
+#define KS 1
+#endif
 
 #define ROWS_T (BM / TM)            // threads along M
 #define COLS_T (BN / TN)            // threads along N
-#define NT (ROWS_T * COLS_T)        // threads per block
+#define NTS (ROWS_T * COLS_T)       // threads per k slice
+#define NT (NTS * KS)               // threads per block
+#define BKS (BK / KS)               // k rows of a stage each slice reads
 #define LM (32 / LN)                // lanes of a warp along M
 #define WARPS_N (COLS_T / LN)
 #define PAD 4
@@ -107,6 +118,8 @@ static_assert(STAGES == 0 || (STAGES >= 2 && STAGES <= 8), "STAGES is 0 or 2..8"
 static_assert(ORDER == 0 || ORDER == 1, "ORDER is 0 (rows) or 1 (serpentine)");
 static_assert(MMA == 0 || (TM == 8 && TN == 8 && BM % 64 == 0 && BN % 32 == 0 && BK % 8 == 0 && STAGES >= 2),
               "MMA: 8 x 8 per lane, warps of 64 x 32, BK a multiple of 8, a cp.async pipeline");
+static_assert(KS == 1 || (KS >= 2 && KS <= 4 && BK % KS == 0 && NTS % 32 == 0 && STAGES >= 2 && MMA == 0 && SK == 0),
+              "KS > 1: BK a multiple of KS, whole warps a slice, a cp.async pipeline, FFMAs, one block per tile");
 static_assert(SK >= 0 && SK <= 2, "SK is 0 (a block per tile), 1 (stream-K) or 2 (split-K summed in the kernel)");
 
 #if MINB > 0
@@ -285,7 +298,7 @@ __device__ __forceinline__ void k_loop_async(float (*acc)[TN], float *smem, cons
         g.template copy<false>(s0 + 4 * wo, s0 + 4 * (wo + SA), t + STAGES - 1 < T, lda, ldb, tid);
         const float *as = as0 + ro, *bs = bs0 + ro;
 #pragma unroll
-        for (int k = 0; k < BK - 1; ++k) {
+        for (int k = 0; k < BKS - 1; ++k) {  // this slice's k rows of the tile (all of them when KS = 1)
             frag<TM / 4, ROWS_T * 4>(a[(k + 1) % 2], as + (k + 1) * LDA_S);
             frag<TN / 4, COLS_T * 4>(b[(k + 1) % 2], bs + (k + 1) * LDB_S);
             outer(acc, a[k % 2], b[k % 2]);
@@ -294,9 +307,9 @@ __device__ __forceinline__ void k_loop_async(float (*acc)[TN], float *smem, cons
         __syncthreads();           // ...and everyone's; everyone is done reading tile t
         wo = ro;
         ro = ro == (STAGES - 1) * SS ? 0 : ro + SS;
-        frag<TM / 4, ROWS_T * 4>(a[BK % 2], as0 + ro);
-        frag<TN / 4, COLS_T * 4>(b[BK % 2], bs0 + ro);
-        outer(acc, a[(BK - 1) % 2], b[(BK - 1) % 2]);
+        frag<TM / 4, ROWS_T * 4>(a[BKS % 2], as0 + ro);
+        frag<TN / 4, COLS_T * 4>(b[BKS % 2], bs0 + ro);
+        outer(acc, a[(BKS - 1) % 2], b[(BKS - 1) % 2]);
     }
     tg_cp_wait<0>();
 #endif
@@ -437,7 +450,7 @@ extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");  // PDL: see the header
 #endif
-    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int tid = threadIdx.x, slice = tid / NTS, warp = (tid % NTS) / 32, lane = tid % 32;
 #if MMA  // tg_mma.cuh's lane layout: warp rows of 64, columns of 32
     const int tr = (warp / WN_MMA) * 16 + lane / 4, tc = (warp % WN_MMA) * 8 + 2 * (lane % 4);
 #else
@@ -468,10 +481,30 @@ extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
     for (int i = 0; i < TM; ++i)
 #pragma unroll
         for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
-    const int ao = tr * 4, bo = tc * 4;  // a thread's first column in the As / Bs rows
+    // a thread's first element in the As / Bs rows: its columns, its slice's first k row
+    const int ao = tr * 4 + slice * BKS * LDA_S, bo = tc * 4 + slice * BKS * LDB_S;
     if (MMA)              k_loop_mma(acc, smem, A, lda, B, ldb, M, N, K, m0, n0, tid);
     else if (STAGES >= 2) k_loop_async(acc, smem, A, lda, B, ldb, M, N, K, m0, n0, tid, ao, bo);
     else                  k_loop_registers(acc, smem, A, lda, B, ldb, M, N, K, m0, n0, interior, tid, ao, bo);
+#if KS > 1
+    // slices 1.. hand their sums to slice 0 through the stages (every copy has landed: k_loop_async
+    // waits for all), element (i, j) of thread t of slice s at ((s - 1) * TM * TN + i * TN + j) * NTS + t
+    __syncthreads();  // every slice is done reading the stages
+    if (slice > 0) {
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+            for (int j = 0; j < TN; ++j) smem[((slice - 1) * TM * TN + i * TN + j) * NTS + tid % NTS] = acc[i][j];
+    }
+    __syncthreads();
+    if (slice > 0) return;
+#pragma unroll
+    for (int s = 1; s < KS; ++s)
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+            for (int j = 0; j < TN; ++j) acc[i][j] += smem[((s - 1) * TM * TN + i * TN + j) * NTS + tid];
+#endif
 
     tile_store(acc, D + blockIdx.z * sD, ldd, C + (blockIdx.z / splits) * sC, ldc, m0, n0, tr, tc, M, N, alpha, beta);
 #elif SK == 2

@@ -6,6 +6,8 @@ usage: python scripts/calibrate.py --seed S --n N [--small] [--layout L] [--out 
 from CUDA graphs, since there the host takes longer per call than the GPU; the file is named
 calibration-small-s<S>)
 (--layout: the operands' layout, NN by default; another is named in the file, calibration-<l>-s<S>)
+(--tiles: time only the candidates of these tiles of tilegemm.model.TILES, e.g. a new one; the file
+is named calibration-<tiles>-s<S>, and fits take it beside the files that time the rest)
 Writes DIR (default $OUT, else benchmarks/results)/<gpu>-<date>-calibration-s<S>.json (kind
 "calibration"), rewritten after every shape so that a run cut short keeps what it measured.  Rows:
 the shape, the candidate's name and config, ms, TFLOPS and relative error; per config the blocks
@@ -27,6 +29,7 @@ def main(argv=None) -> int:
     p.add_argument("--target-s", type=float, default=0.1)
     p.add_argument("--small", action="store_true", help="small products, timed from CUDA graphs")
     p.add_argument("--layout", choices=registry.LAYOUTS, default="NN", help="the operands' layout (default NN)")
+    p.add_argument("--tiles", nargs="+", choices=sorted(model.TILES), help="time only these tiles' candidates")
     args = parse_args(p, argv)
     return args if isinstance(args, int) else run_command(run, args)
 
@@ -52,6 +55,10 @@ def _cublas(sets, outs, graph: bool, dev: int):
     return run
 
 
+def _candidates(M, N, K, count, sms, tiles):
+    return [(n, c) for n, c in model.candidates(M, N, K, count, sms) if not tiles or n.split()[0] in tiles]
+
+
 def run(args) -> int:
     dev = gpu.current_device()
     props = gpu.device_properties(dev)
@@ -59,7 +66,7 @@ def run(args) -> int:
     shapes = suites.random_shapes(args.n, args.seed, (args.layout,), **draw)
     configs = {}
     for M, N, K, _, _ in shapes:
-        configs.update(dict(model.candidates(M, N, K, 1, props.sms)))
+        configs.update(dict(_candidates(M, N, K, 1, props.sms, args.tiles)))
     t0 = time.time()
     autotune.compile_all(list(configs.values()), [args.layout], props.arch)
     print(f"{len(configs)} configs compiled in {time.time() - t0:.0f} s", flush=True)
@@ -75,9 +82,9 @@ def run(args) -> int:
     doc = results.document(rows, cmd=results.command(prog="python scripts/calibrate.py"), kind="calibration",
                            seed=args.seed, n=args.n, draw=draw, timer="graph" if args.small else "events",
                            configs=configs, blocks_per_sm=occupancy, pairs=True, odd_copies=True,
-                           layout=args.layout)
+                           layout=args.layout, **({"tiles": args.tiles} if args.tiles else {}))
     for i, (M, N, K, layout, count) in enumerate(shapes):
-        cands = model.candidates(M, N, K, count, props.sms)
+        cands = _candidates(M, N, K, count, props.sms, args.tiles)
         sets, outs = timing.input_sets(M, N, K, layout, count)
         cublas = timing.time_launches(_cublas(sets, outs, args.small, dev), len(sets), target_s=args.target_s,
                                       batch_ms=5.0, graph=args.small)
@@ -92,7 +99,8 @@ def run(args) -> int:
               f"{best['tflops']:.1f} ({cands[tried.index(best)][0]}), {time.time() - t0:.0f} s", flush=True)
         doc["rows"] = rows
         lay = "" if args.layout == "NN" else args.layout.lower() + "-"
-        results.write(doc, args.out, f"calibration-{'small-' if args.small else ''}{lay}s{args.seed}")
+        only = "".join(f"{t}-" for t in args.tiles or ())
+        results.write(doc, args.out, f"calibration-{'small-' if args.small else ''}{lay}{only}s{args.seed}")
     return 0
 
 

@@ -57,12 +57,15 @@ TILES = {
     "64x64": {"bm": 64, "bn": 64, "tm": 8, "tn": 4, "ln": 8, "minb": 0, **_PIPE},
     # two warps of 8 x 8 a thread: twice the FFMAs per shared-memory read of "64x64", four blocks an SM
     "64x64f": {"bm": 64, "bn": 64, "tm": 8, "tn": 8, "ln": 8, "minb": 4, **_PIPE},
+    # "64x64f" with two k slices a block (gemm.cu KS): twice the warps a tile for products of few tiles, each
+    # slice reading half of every k tile; one block per tile or split (the slices take SK = 0)
+    "64x64s": {"bm": 64, "bn": 64, "tm": 8, "tn": 8, "ln": 8, "minb": 4, "ks": 2, **_PIPE},
     "32x256": {"bm": 32, "bn": 256, "tm": 8, "tn": 16, "ln": 8, "minb": 0, **_PIPE},
     # two warps of 4 x 4 a thread: for small products, where more blocks mean more SMs at work
     "32x32": {"bm": 32, "bn": 32, "tm": 4, "tn": 4, "ln": 8, "minb": 0, "bk": 16, "swizzle": 8, "stages": 2},
 }
 SPLITS = (2, 4, 8, 16, 32, 64, 128, 256)
-SPLIT_TILES = ("128x128", "64x128", "128x64", "64x64", "64x64f", "32x256", "32x32")  # also run split over K
+SPLIT_TILES = ("128x128", "64x128", "128x64", "64x64", "64x64f", "64x64s", "32x256", "32x32")  # also run split over K
 STREAM_K_TILES = ("256x128", "128x128", "128x128w", "64x64f")  # also run as stream-K
 SUMMED_TILES = ("128x128", "64x128", "128x64", "64x64", "64x64f", "32x32")  # also split over K and summed in the kernel
 # summed in the kernel at up to SUMMED_MAX_SPLITS splits: on a probe of 16 long-K shapes

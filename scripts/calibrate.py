@@ -8,6 +8,9 @@ calibration-small-s<S>)
 (--layout: the operands' layout, NN by default; another is named in the file, calibration-<l>-s<S>)
 (--tiles: time only the candidates of these tiles of tilegemm.model.TILES, e.g. a new one; the file
 is named calibration-<tiles>-s<S>, and fits take it beside the files that time the rest)
+(--filling-only: time only the split counts that fill the SMs' block slots and are not among
+tilegemm.model.SPLITS (model.filling_splits); named calibration-filling-s<S>)
+The candidates include the filling split counts, found from each build's blocks per SM.
 Writes DIR (default $OUT, else benchmarks/results)/<gpu>-<date>-calibration-s<S>.json (kind
 "calibration"), rewritten after every shape so that a run cut short keeps what it measured.  Rows:
 the shape, the candidate's name and config, ms, TFLOPS and relative error; per config the blocks
@@ -30,6 +33,8 @@ def main(argv=None) -> int:
     p.add_argument("--small", action="store_true", help="small products, timed from CUDA graphs")
     p.add_argument("--layout", choices=registry.LAYOUTS, default="NN", help="the operands' layout (default NN)")
     p.add_argument("--tiles", nargs="+", choices=sorted(model.TILES), help="time only these tiles' candidates")
+    p.add_argument("--filling-only", action="store_true",
+                   help="time only the split counts that fill the block slots, not among model.SPLITS")
     args = parse_args(p, argv)
     return args if isinstance(args, int) else run_command(run, args)
 
@@ -55,8 +60,9 @@ def _cublas(sets, outs, graph: bool, dev: int):
     return run
 
 
-def _candidates(M, N, K, count, sms, tiles):
-    return [(n, c) for n, c in model.candidates(M, N, K, count, sms) if not tiles or n.split()[0] in tiles]
+def _candidates(M, N, K, count, sms, tiles, per_sm=None, filling_only=False):
+    return [(n, c) for n, c in model.candidates(M, N, K, count, sms, per_sm) if (not tiles or n.split()[0] in tiles)
+            and (not filling_only or c["splits"] > 1 and c["splits"] not in model.SPLITS)]
 
 
 def run(args) -> int:
@@ -75,6 +81,15 @@ def run(args) -> int:
         fn = launch.launcher(registry.FAMILY.name, args.layout, 4, dev,
                              tuple(sorted((k, v) for k, v in cfg.items() if k != "splits")))
         occupancy[name] = fn.resident_blocks() // props.sms
+    # the split counts that fill each build's block slots (the same builds: splits is a launch argument)
+    per_sm = {model.build(name): n for name, n in occupancy.items()}
+    for M, N, K, _, _ in shapes:
+        for name, cfg in _candidates(M, N, K, 1, props.sms, args.tiles, per_sm):
+            configs.setdefault(name, cfg)
+            occupancy.setdefault(name, per_sm[model.build(name)])
+    if args.filling_only:
+        configs = {n: c for n, c in configs.items() if c["splits"] > 1 and c["splits"] not in model.SPLITS}
+        occupancy = {n: occupancy[n] for n in configs}
     rows = []
     # pairs: the kernels read rows that are 8- but not 16-byte aligned 8 bytes at a time; odd_copies:
     # rows read 4 bytes at a time are copied from access.ODD_COPY_MACS_PER_ELEMENT (the calibration's
@@ -82,9 +97,12 @@ def run(args) -> int:
     doc = results.document(rows, cmd=results.command(prog="python scripts/calibrate.py"), kind="calibration",
                            seed=args.seed, n=args.n, draw=draw, timer="graph" if args.small else "events",
                            configs=configs, blocks_per_sm=occupancy, pairs=True, odd_copies=True,
-                           layout=args.layout, **({"tiles": args.tiles} if args.tiles else {}))
+                           layout=args.layout, **({"tiles": args.tiles} if args.tiles else {}),
+                           **({"filling_only": True} if args.filling_only else {}))
     for i, (M, N, K, layout, count) in enumerate(shapes):
-        cands = _candidates(M, N, K, count, props.sms, args.tiles)
+        cands = _candidates(M, N, K, count, props.sms, args.tiles, per_sm, args.filling_only)
+        if not cands:
+            continue
         sets, outs = timing.input_sets(M, N, K, layout, count)
         cublas = timing.time_launches(_cublas(sets, outs, args.small, dev), len(sets), target_s=args.target_s,
                                       batch_ms=5.0, graph=args.small)
@@ -99,7 +117,7 @@ def run(args) -> int:
               f"{best['tflops']:.1f} ({cands[tried.index(best)][0]}), {time.time() - t0:.0f} s", flush=True)
         doc["rows"] = rows
         lay = "" if args.layout == "NN" else args.layout.lower() + "-"
-        only = "".join(f"{t}-" for t in args.tiles or ())
+        only = "".join(f"{t}-" for t in args.tiles or ()) + ("filling-" if args.filling_only else "")
         results.write(doc, args.out, f"calibration-{'small-' if args.small else ''}{lay}{only}s{args.seed}")
     return 0
 

@@ -57,8 +57,22 @@ def test_more_work_is_never_predicted_faster(fitted):
 def test_the_choice_is_always_a_valid_candidate(fitted):
     for M, N, K in _shapes():
         name, cfg, t = model.choose(fitted["constants"], fitted["blocks_per_sm"], M, N, K, 1, 132)
-        assert name in dict(model.candidates(M, N, K)) and not registry.FAMILY.violations(registry.FAMILY.params(cfg),
-                                                                                           SM90)
+        assert name in dict(model.candidates(M, N, K, 1, 132, fitted["blocks_per_sm"])) and not registry.FAMILY.violations(
+            registry.FAMILY.params(cfg), SM90)
+
+
+def test_filling_splits_fill_the_block_slots():
+    assert model.filling_splits(72, 792) == [11, 22]  # 72 tiles, 6 blocks an SM on 132 SMs
+    assert model.filling_splits(500, 792) == [3]  # one round holds no second split
+    assert model.filling_splits(900, 792) == [] and model.filling_splits(0, 792) == []
+    plain = dict(model.candidates(336, 718, 8988))
+    per_sm = {model.build(n): 6 for n in plain}
+    more = dict(model.candidates(336, 718, 8988, 1, 132, per_sm))
+    assert set(plain) <= set(more)
+    assert {"64x64f split11", "64x64f split22", "64x64f split11 summed"} <= set(more) - set(plain)
+    assert "64x64f split22 summed" not in more  # over SUMMED_MAX_SPLITS
+    assert all(more[n]["splits"] == int(n.split()[1][5:]) for n in more if " split" in n)
+    assert model.candidates(8000, 8000, 8000, 1, 132, per_sm) == model.candidates(8000, 8000, 8000)  # no splits there
 
 
 def test_every_candidate_compiles_without_spills_in_every_layout():

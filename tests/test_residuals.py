@@ -8,7 +8,7 @@ from tilegemm import model, residuals
 
 
 def correction(near, name, M, N, K, width):
-    return residuals.corrections(near, M, N, K, width).get(name, 0.0)
+    return residuals.corrections(near, M, N, K, width, [name]).get(name, 0.0)
 
 
 def test_no_residuals_no_correction():
@@ -31,6 +31,22 @@ def test_the_correction_is_a_shrunk_weighted_mean():
     # two errors of opposite sign at the same distance cancel
     both = [one, residuals.row(1024, 2048, 4096, 4, -0.2)]
     assert correction({"t": both}, "t", 1024, 2048, 4096, 4) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_split_counts_borrow_from_their_neighbours():
+    one = residuals.row(1024, 2048, 4096, 4, 0.2)
+    near = {"64x64f split8": [one]}
+    w = math.exp(-0.5 / residuals.BANDWIDTH**2)
+    assert correction(near, "64x64f split8", 1024, 2048, 4096, 4) == pytest.approx(0.2 / (1 + residuals.PRIOR))
+    # twice the splits is a doubling away; 11 splits log2(11/8) of one
+    assert correction(near, "64x64f split16", 1024, 2048, 4096, 4) == pytest.approx(0.2 * w / (residuals.PRIOR + w))
+    w11 = math.exp(-0.5 * math.log2(11 / 8) ** 2 / residuals.BANDWIDTH**2)
+    assert correction(near, "64x64f split11", 1024, 2048, 4096, 4) == pytest.approx(0.2 * w11 / (residuals.PRIOR + w11))
+    # another kind, another tile, or no split at all borrows nothing
+    for other in ("64x64f split8 summed", "128x64 split8", "64x64f", "64x64f stream-K"):
+        assert correction(near, other, 1024, 2048, 4096, 4) == 0.0
+    assert residuals.group("64x64f split11 summed") == ("64x64f split* summed", math.log2(11))
+    assert residuals.group("64x64f stream-K") == ("64x64f stream-K", 0.0)
 
 
 def test_ranked_multiplies_a_single_products_prediction_by_the_correction():

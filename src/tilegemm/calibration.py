@@ -107,10 +107,11 @@ def load_calibration(paths) -> tuple[list[dict], dict, int, str]:
     for p in paths:
         d = _read(p, gpu)
         offered = {}
+        builds = {model.build(name): n for name, n in d["blocks_per_sm"].items()}  # for the filling split counts
         for r in d["rows"]:
             key = (r["M"], r["N"], r["K"], r["batch"])
             if key not in offered:
-                offered[key] = {n for n, _ in model.candidates(*key, d["sms"])}
+                offered[key] = {n for n, _ in model.candidates(*key, d["sms"], builds)}
             if model.current(r["candidate"], r["config"]) and r["candidate"] in offered[key]:
                 pairs = bool(d.get("pairs"))
                 rows.append({**r, "width": access.row_width(r["layout"], *key, pairs=pairs, odd=bool(d.get("odd_copies"))),

@@ -94,12 +94,15 @@ def set_for(table: dict, M: int, N: int, K: int, count: int, layout: str = "NN")
     return table.get("layouts", {}).get(layout) or table
 
 
-def candidates(M: int, N: int, K: int, count: int = 1, sms: int = 132) -> list[tuple[str, dict]]:
+def candidates(M: int, N: int, K: int, count: int = 1, sms: int = 132,
+               per_sm: dict | None = None) -> list[tuple[str, dict]]:
     """(name, config) of every candidate for this shape: each tile data-parallel (the SMALL_ONLY ones
     below SMALL_MACS multiply-adds only); where the
     128 x 128 tiles fill fewer than four waves of two blocks per SM, the split-K and summed variants
     too (splits leaving at least 128 of K each; over 32 only while the blocks fill two waves), and stream-K where there are at least eight of
-    those tiles (with fewer, each would be shared by dozens of blocks, summed one after another)."""
+    those tiles (with fewer, each would be shared by dozens of blocks, summed one after another).
+    ``per_sm`` (blocks per SM by ``build``): each split and summed tile also at the split counts whose
+    blocks fill the SMs' block slots once and twice (``filling_splits``)."""
     small = M * N * K * count < SMALL_MACS
     out = [(name, {**cfg, "splits": 1}) for name, cfg in TILES.items() if small or name not in SMALL_ONLY]
     tiles = -(-M // 128) * -(-N // 128) * count
@@ -107,16 +110,33 @@ def candidates(M: int, N: int, K: int, count: int = 1, sms: int = 132) -> list[t
         return out
     # splits that leave at least 128 of K each, up to about two waves of 128 x 128 blocks
     splits = [s for s in SPLITS if K // s >= 128 and (s <= 32 or tiles * s <= 2 * sms)]
+
+    def more(name, build_, top):  # the filling split counts of this build not among ``splits``
+        if not per_sm or build_ not in per_sm:
+            return []
+        t = -(-M // TILES[name]["bm"]) * -(-N // TILES[name]["bn"]) * count
+        return [s for s in filling_splits(t, per_sm[build_] * sms) if s not in splits and s <= top and K // s >= 128]
+
     for name in SPLIT_TILES:
         if small or name not in SMALL_ONLY:
-            out += [(f"{name} split{s}", {**TILES[name], "splits": s}) for s in splits]
+            out += [(f"{name} split{s}", {**TILES[name], "splits": s}) for s in splits + more(name, name, SPLITS[-1])]
     if tiles >= 8:  # fewer tiles would each be shared by dozens of blocks, summed one after another
         for name in STREAM_K_TILES:
             out.append((f"{name} stream-K", {**TILES[name], "splits": 1, "sk": 1}))
     for name in SUMMED_TILES:
         if small or name not in SMALL_ONLY:
-            out += [(f"{name} split{s} summed", {**TILES[name], "splits": s, "sk": 2}) for s in splits if s <= SUMMED_MAX_SPLITS]
+            out += [(f"{name} split{s} summed", {**TILES[name], "splits": s, "sk": 2})
+                    for s in [s for s in splits if s <= SUMMED_MAX_SPLITS] + more(name, f"{name} summed", SUMMED_MAX_SPLITS)]
     return out
+
+
+def filling_splits(tiles: int, slots: int) -> list[int]:
+    """Split counts (2 or more) whose ``tiles * splits`` blocks fill ``slots`` block slots (the SMs
+    times the blocks each holds) once and twice, as nearly as whole splits can: with powers of two
+    only, 72 tiles in 792 slots run split 8 (576 blocks, 73% of one round) or 16 (1152: a second
+    round 45% full), where split 11 fills one round.  Measured on 12 long-K products of few tiles, the
+    filling counts ran them 3.5% faster than the best power of two (docs/perf-notes.md)."""
+    return sorted({s for s in (slots // tiles, 2 * slots // tiles) if s >= 2}) if tiles > 0 else []
 
 
 def build(name: str) -> str:
@@ -195,11 +215,12 @@ def ranked(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int,
     another layout copies other operands another way, and no calibration measured the correction there)."""
     width = access.row_width(layout, M, N, K, count) if width is None else width
     out_width = access.out_width(N) if out_width is None else out_width
-    corr = residuals.corrections(near, M, N, K, width) if count == 1 and layout == RESIDUALS_LAYOUT else {}
+    cands = [(name, cfg) for name, cfg in candidates(M, N, K, count, sms, per_sm)
+             if build(name) in per_sm and f"{name.split()[0]}.f" in c]
+    corr = (residuals.corrections(near, M, N, K, width, [n for n, _ in cands])
+            if count == 1 and layout == RESIDUALS_LAYOUT else {})
     out = [(name, cfg, predict(c, name, cfg, M, N, K, count, per_sm[build(name)], sms, width, out_width)
-            * math.exp(corr.get(name, 0.0)))
-           for name, cfg in candidates(M, N, K, count, sms)
-           if build(name) in per_sm and f"{name.split()[0]}.f" in c]
+            * math.exp(corr.get(name, 0.0))) for name, cfg in cands]
     return sorted(out, key=lambda x: x[2])
 
 

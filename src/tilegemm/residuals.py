@@ -10,8 +10,12 @@ calibration shapes lie near (``corrections``; docs/model.md):
 
     corr = sum(w_i * r_i) / (PRIOR + sum(w_i)),   w_i = exp(-d_i^2 / (2 * BANDWIDTH^2)),
     d_i^2 = |log2 shape - log2 shape_i|^2 + WIDTH_STEP * (width != width_i)
+            + |log2 splits - log2 splits_i|^2
 
-and the model's time for the candidate is multiplied by exp(corr) (for single NN products: the
+where a split-K candidate ("<tile> split<s>", "<tile> split<s> summed") borrows the residuals of the
+same tile split another number of ways, a doubling of the splits counting as one of a dimension: the
+split counts that fill the SMs' block slots (model.candidates) are seldom the ones calibrated.  Other
+candidates take their own residuals only.  The model's time for the candidate is multiplied by exp(corr) (for single NN products: the
 calibrations' layout, model.RESIDUALS_LAYOUT).  Held out (each calibration
 seed picked on by a table fitted to the others) it brought the picks from 1.037x to 1.047x cuBLAS
 on the H100's five seeds, against 1.061x for the best candidate (docs/model.md).
@@ -20,6 +24,7 @@ on the H100's five seeds, against 1.061x for the best candidate (docs/model.md).
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 
@@ -34,34 +39,61 @@ def row(M: int, N: int, K: int, width: int, error: float) -> list:
     return [round(math.log2(M), 2), round(math.log2(N), 2), round(math.log2(K), 2), int(width), round(error, 3)]
 
 
-# id(near) -> (near, names, candidate index, shapes, widths, errors): a table's residuals as arrays,
-# built on first use (a residuals dict changed in place afterwards is not seen; tables are read-only)
+_SPLIT = re.compile(r" split(\d+)")
+
+
+def group(name: str) -> tuple[str, float]:
+    """(the residuals' group, log2 of the split count) of a candidate: split-K candidates of one tile
+    and kind form one group, "<tile> split* [summed]"; any other candidate is a group of its own."""
+    m = _SPLIT.search(name)
+    return (name, 0.0) if m is None else (name[:m.start()] + " split*" + name[m.end():], math.log2(int(m.group(1))))
+
+
+# id(near) -> (near, group ids, group id of each row, rows of each split group, log2 splits, shapes,
+# widths, errors): a table's residuals as arrays, built on first use (a residuals dict changed in place
+# afterwards is not seen; tables are read-only)
 _ARRAYS: dict = {}
 
 
 def _arrays(near: dict) -> tuple:
     got = _ARRAYS.get(id(near))
     if got is None or got[0] is not near:
-        names = list(near)
-        rows = [(i, r) for i, n in enumerate(names) for r in near[n]]
-        got = (near, names, np.array([i for i, _ in rows], dtype=np.intp),
-               np.array([r[:3] for _, r in rows], dtype=float).reshape(-1, 3),
-               np.array([r[3] for _, r in rows]), np.array([r[4] for _, r in rows], dtype=float))
+        ids: dict = {}
+        rows = [(ids.setdefault(group(n)[0], len(ids)), group(n)[1], r) for n in near for r in near[n]]
+        index = np.array([g for g, _, _ in rows], dtype=np.intp)
+        got = (near, ids, index, {g: np.flatnonzero(index == i) for g, i in ids.items() if "split*" in g},
+               np.array([s for _, s, _ in rows]), np.array([r[:3] for _, _, r in rows], dtype=float).reshape(-1, 3),
+               np.array([r[3] for _, _, r in rows]), np.array([r[4] for _, _, r in rows], dtype=float))
         if len(_ARRAYS) > 8:
             _ARRAYS.clear()
         _ARRAYS[id(near)] = got  # holds ``near``, so its id is not reused while the entry lives
     return got
 
 
-def corrections(near: dict | None, M: int, N: int, K: int, width: int) -> dict:
-    """The log correction of the predicted time on this shape of every candidate ``near`` (a set's
-    residuals by candidate: lists of ``row``) holds residuals for, by name."""
+def corrections(near: dict | None, M: int, N: int, K: int, width: int, names=None) -> dict:
+    """The log correction of the predicted time on this shape of each candidate of ``names`` (by
+    default those ``near``, a set's residuals by candidate as lists of ``row``, holds residuals for),
+    by name; 0 for a candidate whose group has no residuals."""
     if not near:
         return {}
-    _, names, index, shapes, widths, errors = _arrays(near)
+    _, ids, index, members, splits, shapes, widths, errors = _arrays(near)
     x = np.log2(np.array([max(M, 1), max(N, 1), max(K, 1)], dtype=float))
     d2 = ((shapes - x) ** 2).sum(axis=1) + WIDTH_STEP * (widths != width)
     w = np.exp(-0.5 / (BANDWIDTH * BANDWIDTH) * d2)
-    num = np.bincount(index, weights=w * errors, minlength=len(names))
-    den = PRIOR + np.bincount(index, weights=w, minlength=len(names))
-    return dict(zip(names, (num / den).tolist()))
+    num = np.bincount(index, weights=w * errors, minlength=len(ids))  # by group, no split distance
+    den = PRIOR + np.bincount(index, weights=w, minlength=len(ids))
+    out, asked = {}, {}
+    for name in near if names is None else names:
+        g, s = group(name)
+        if g not in ids:
+            out[name] = 0.0
+        elif g in members:
+            asked.setdefault(g, []).append((name, s))
+        else:
+            out[name] = float(num[ids[g]] / den[ids[g]])
+    for g, qs in asked.items():  # a split group: each asked split count weighs the others' by distance
+        rows = members[g]
+        e = np.exp(-0.5 / (BANDWIDTH * BANDWIDTH) * (np.array([s for _, s in qs])[:, None] - splits[rows][None, :]) ** 2)
+        wr = w[rows]
+        out.update(zip([n for n, _ in qs], ((e @ (wr * errors[rows])) / (PRIOR + e @ wr)).tolist()))
+    return out

@@ -38,6 +38,11 @@ CONFIGS = [
     # split-K summed in the kernel: the splits of a tile wait for one another, then share the sum
     {**selection.BIG, "splits": 3, "sk": 2},
     {**selection.MEDIUM, "splits": 2, "sk": 2},
+    # k slices a block (gemm.cu KS): four slices of 16 k rows' quarters, two of a 64 x 128 tile
+    {"bm": 64, "bn": 64, "bk": 16, "tm": 8, "tn": 8, "ln": 8, "minb": 0, "swizzle": 8, "stages": 3, "ks": 4, "splits": 1},
+    {"bm": 64, "bn": 128, "bk": 16, "tm": 8, "tn": 8, "ln": 8, "minb": 0, "swizzle": 8, "stages": 3, "ks": 2, "splits": 5},
+    # a split count that is no power of two, summed in the kernel (model.filling_splits)
+    {**model.TILES["64x64f"], "splits": 11, "sk": 2},
 ]
 # every class of config the cost model can choose: each tile one block per tile, split over K with
 # the reduction, summed in the kernel, and stream-K

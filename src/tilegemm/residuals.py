@@ -59,7 +59,7 @@ def _arrays(near: dict) -> tuple:
     got = _ARRAYS.get(id(near))
     if got is None or got[0] is not near:
         ids: dict = {}
-        rows = [(ids.setdefault(group(n)[0], len(ids)), group(n)[1], r) for n in near for r in near[n]]
+        rows = [(ids.setdefault(g, len(ids)), s, r) for n in near for g, s in (group(n),) for r in near[n]]
         index = np.array([g for g, _, _ in rows], dtype=np.intp)
         got = (near, ids, index, {g: np.flatnonzero(index == i) for g, i in ids.items() if "split*" in g},
                np.array([s for _, s, _ in rows]), np.array([r[:3] for _, _, r in rows], dtype=float).reshape(-1, 3),

@@ -142,7 +142,7 @@ def draw_table(doc: dict) -> str:
              "|---|---|---|---|---|---|"]
     for (M, N, K, layout, batch, name), v in sorted(cases, key=lambda kv: kv[1]["tilegemm"].get("ratio") or 0)[:10]:
         t, c, sel = v["tilegemm"], v.get("cublas", {}), v["tilegemm"].get("selected") or {}
-        cfg = " ".join(f"{k}={sel[k]}" for k in ("bm", "bn", "bk", "stages", "splits", "sk", "mma") if k in sel)
+        cfg = " ".join(f"{k}={sel[k]}" for k in ("bm", "bn", "bk", "ks", "stages", "splits", "sk", "mma") if k in sel)
         shape = (f"{name}: " if name else "") + f"{M}x{N}x{K}"
         lines.append(f"| {shape} | {layout} | {_num(c.get('tflops'))} | {_num(t.get('tflops'))} | "
                      f"{_num(t.get('ratio'), '{:.3f}')} | {cfg} ({sel.get('source', '-')}) |")

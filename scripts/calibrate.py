@@ -8,8 +8,8 @@ calibration-small-s<S>)
 (--layout: the operands' layout, NN by default; another is named in the file, calibration-<l>-s<S>)
 (--tiles: time only the candidates of these tiles of tilegemm.model.TILES, e.g. a new one; the file
 is named calibration-<tiles>-s<S>, and fits take it beside the files that time the rest)
-(--filling-only: time only the split counts that fill the SMs' block slots and are not among
-tilegemm.model.SPLITS (model.filling_splits); named calibration-filling-s<S>)
+(--filling-only: time only the candidates the split counts that fill the SMs' block slots add to
+the powers of two (model.filling_splits); named calibration-filling-s<S>)
 The candidates include the filling split counts, found from each build's blocks per SM.
 Writes DIR (default $OUT, else benchmarks/results)/<gpu>-<date>-calibration-s<S>.json (kind
 "calibration"), rewritten after every shape so that a run cut short keeps what it measured.  Rows:
@@ -34,7 +34,7 @@ def main(argv=None) -> int:
     p.add_argument("--layout", choices=registry.LAYOUTS, default="NN", help="the operands' layout (default NN)")
     p.add_argument("--tiles", nargs="+", choices=sorted(model.TILES), help="time only these tiles' candidates")
     p.add_argument("--filling-only", action="store_true",
-                   help="time only the split counts that fill the block slots, not among model.SPLITS")
+                   help="time only the candidates the filling split counts add")
     args = parse_args(p, argv)
     return args if isinstance(args, int) else run_command(run, args)
 
@@ -61,8 +61,11 @@ def _cublas(sets, outs, graph: bool, dev: int):
 
 
 def _candidates(M, N, K, count, sms, tiles, per_sm=None, filling_only=False):
-    return [(n, c) for n, c in model.candidates(M, N, K, count, sms, per_sm) if (not tiles or n.split()[0] in tiles)
-            and (not filling_only or c["splits"] > 1 and c["splits"] not in model.SPLITS)]
+    """The model's candidates for the shape (with the filling split counts of ``per_sm``), of
+    ``tiles`` only if given; ``filling_only``: only those the filling counts add."""
+    plain = {n for n, _ in model.candidates(M, N, K, count, sms)} if filling_only else set()
+    return [(n, c) for n, c in model.candidates(M, N, K, count, sms, per_sm)
+            if (not tiles or n.split()[0] in tiles) and n not in plain]
 
 
 def run(args) -> int:
@@ -83,13 +86,10 @@ def run(args) -> int:
         occupancy[name] = fn.resident_blocks() // props.sms
     # the split counts that fill each build's block slots (the same builds: splits is a launch argument)
     per_sm = {model.build(name): n for name, n in occupancy.items()}
+    timed = {}
     for M, N, K, _, _ in shapes:
-        for name, cfg in _candidates(M, N, K, 1, props.sms, args.tiles, per_sm):
-            configs.setdefault(name, cfg)
-            occupancy.setdefault(name, per_sm[model.build(name)])
-    if args.filling_only:
-        configs = {n: c for n, c in configs.items() if c["splits"] > 1 and c["splits"] not in model.SPLITS}
-        occupancy = {n: occupancy[n] for n in configs}
+        timed.update(_candidates(M, N, K, 1, props.sms, args.tiles, per_sm, args.filling_only))
+    configs, occupancy = timed, {n: per_sm[model.build(n)] for n in timed}
     rows = []
     # pairs: the kernels read rows that are 8- but not 16-byte aligned 8 bytes at a time; odd_copies:
     # rows read 4 bytes at a time are copied from access.ODD_COPY_MACS_PER_ELEMENT (the calibration's

@@ -308,3 +308,37 @@ def test_explain_cli(capsys):
     assert cli.main(["explain", "gemm", "--config", "bq=64"]) == 2
     assert "no parameter 'bq'" in capsys.readouterr().err
     assert cli.main(["explain", "gemm", "--config", "tm=5"]) == 2
+
+
+def test_k_slices_share_the_copies_and_read_their_own_rows():
+    """gemm.cu KS: the slices' threads share each tile's copies (the block copies what one slice
+    alone would), each reads its own k rows (as many fragment reads per block, plus the extra first
+    row of every warp), and slices 1.. hand their sums over through shared memory, conflict-free."""
+    from tilegemm import model
+
+    base = {**model.TILES["64x64f"]}
+    one = {x.access.name: x for x in patterns.predict("gemm", base, K=1024)}
+    two = {x.access.name: x for x in patterns.predict("gemm", {**base, "ks": 2}, K=1024)}
+    for name in ("A copy (transposed, LDGSTS.32)", "B copy (LDGSTS.128)"):
+        assert two[name].requests == one[name].requests and two[name].wavefronts == one[name].wavefronts
+    for name in ("A fragment (LDS.128)", "B fragment (LDS.128)"):
+        assert two[name].requests == one[name].requests + 2 * 2  # two more warps, one extra row each
+        assert two[name].per_request == one[name].per_request
+    hand = [x for n, x in two.items() if "handed over" in n or "added" in n]
+    assert len(hand) == 2 and all(x.requests == 128 and x.per_request == 1.0 for x in hand)
+    # slice 1's first thread reads A's row BK/KS of the stage
+    acc = {a.name: a for a in patterns.accesses("gemm", {**base, "ks": 2})}
+    assert acc["A fragment (LDS.128)"].addr(64) == 4 * (4 * (64 + 4))
+
+
+def test_k_slices_need_an_even_share_of_each_tile():
+    """A slice's k rows alternate between two fragment buffers, the next tile's first row in the
+    first: bk / ks must be even (the kernel's static_assert says the same)."""
+    lim = occupancy.Limits.for_arch("sm_90")
+    F = registry.FAMILY
+    ok = {"bm": 64, "bn": 64, "tm": 8, "tn": 8, "ln": 8, "minb": 0, "bk": 16, "stages": 3}
+    assert not F.violations(F.params({**ok, "ks": 4}), lim)
+    assert any("ks" in v for v in F.violations(F.params({**ok, "bk": 4, "ks": 4}), lim))  # one row a slice
+    assert any("ks" in v for v in F.violations(F.params({**ok, "ks": 2, "sk": 2}), lim))
+    assert registry.family_threads({**ok, "ks": 4}) == 256 and registry.family_smem({**ok, "ks": 4}) == max(
+        3 * 16 * 136, 3 * 64 * 64) * 4

@@ -34,7 +34,7 @@ def test_more_work_is_never_predicted_faster(fitted):
     c, per_sm = fitted["constants"], fitted["blocks_per_sm"]
     assert any(c[k] > 0.01 for k in c if k.endswith(".u")) and any(c[k] > 1.0 for k in c if k.endswith(".v"))
     for M, N, K in _shapes(120):
-        for name, cfg in model.candidates(M, N, K):
+        for name, cfg in model.candidates(M, N, K, 1, 132, per_sm):
             if model.build(name) not in per_sm:  # a tile this set of constants was not fitted for
                 continue
             r = per_sm[model.build(name)]
@@ -204,7 +204,7 @@ def test_narrow_reads_charge_latency_and_throughput_apart(fitted):
     ``l`` charges ``u`` for both (the form before ``l``), and a larger ``l`` never predicts faster."""
     c, per_sm = dict(fitted["constants"]), fitted["blocks_per_sm"]
     M, N, K = 187, 1367, 10753  # few tiles, long K: rounds of one or two blocks an SM
-    for name, cfg in model.candidates(M, N, K):
+    for name, cfg in model.candidates(M, N, K, 1, 132, per_sm):
         if model.build(name) not in per_sm:
             continue
         r, tile = per_sm[model.build(name)], name.split()[0]

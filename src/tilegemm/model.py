@@ -135,7 +135,7 @@ def filling_splits(tiles: int, slots: int) -> list[int]:
     times the blocks each holds) once and twice, as nearly as whole splits can: with powers of two
     only, 72 tiles in 792 slots run split 8 (576 blocks, 73% of one round) or 16 (1152: a second
     round 45% full), where split 11 fills one round.  Measured on 12 long-K products of few tiles, the
-    filling counts ran them 3.5% faster than the best power of two (docs/perf-notes.md)."""
+    best filling count ran them 3.4% faster than the best power of two (docs/perf-notes.md)."""
     return sorted({s for s in (slots // tiles, 2 * slots // tiles) if s >= 2}) if tiles > 0 else []
 
 

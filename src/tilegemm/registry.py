@@ -214,8 +214,6 @@ def family_threads(p) -> int:
     return (p["bm"] // p["tm"]) * (p["bn"] // p["tn"]) * p.get("ks", 1)
 
 
-_threads = family_threads
-
 
 def _tile_loads(rows: int, cols: int, threads: int) -> bool:
     """tg_tiles.cuh's GTile: whole float4s per thread, each thread's float4s in one column."""
@@ -241,7 +239,7 @@ def family_regs_estimate(p) -> int:
     the last word."""
     if p.get("mma", 0):
         return 224 if p["mma"] == 3 else 124
-    staged = (p["bm"] * p["bk"] + p["bk"] * p["bn"]) // _threads(p) if p["stages"] == 0 else 0
+    staged = (p["bm"] * p["bk"] + p["bk"] * p["bn"]) // family_threads(p) if p["stages"] == 0 else 0
     return p["tm"] * p["tn"] + 2 * (p["tm"] + p["tn"]) + staged + 24
 
 
@@ -258,29 +256,29 @@ FAMILY_CONSTRAINTS = (
     _c("bk is a positive multiple of 4", lambda p, lim: p["bk"] > 0 and p["bk"] % 4 == 0),
     _c("ln divides 32 and warps of (32/ln) x ln threads tile the (bm/tm) x (bn/tn) thread grid",
        lambda p, lim: p["bm"] % p["tm"] == 0 and p["bn"] % p["tn"] == 0 and _warps_fit(p)),
-    _c("(bm/tm)*(bn/tn) threads is a multiple of 32 and <= max threads per block",
-       lambda p, lim: _threads(p) % 32 == 0 and 0 < _threads(p) <= lim.max_threads_per_block),
+    _c("(bm/tm)*(bn/tn)*ks threads is a multiple of 32 and <= max threads per block",
+       lambda p, lim: family_threads(p) % 32 == 0 and 0 < family_threads(p) <= lim.max_threads_per_block),
     _c("the bm x bk and bk x bn tiles split into float4 loads, one column per thread, in both layouts",
-       lambda p, lim: all(_tile_loads(r, c, _threads(p)) for r, c in
+       lambda p, lim: all(_tile_loads(r, c, family_threads(p)) for r, c in
                           ((p["bm"], p["bk"]), (p["bk"], p["bm"]), (p["bk"], p["bn"]), (p["bn"], p["bk"])))),
     _c("stages is 0 (through registers) or 2..8 (cp.async); with cp.async, bk is 4 or a multiple of 8",
        lambda p, lim: p["stages"] == 0 or (2 <= p["stages"] <= 8 and (p["bk"] == 4 or p["bk"] % 8 == 0))),
-    _c("max(2, stages) * bk * (bm + bn + 8) * 4 bytes <= shared memory per block",
+    _c("max(max(2, stages) * bk * (bm + bn + 8), (ks - 1) * bm * bn) * 4 bytes <= shared memory per block",
        lambda p, lim: family_smem(p) <= lim.smem_per_block_optin),
     _c("minb >= 0, and minb blocks fit on an SM (threads, shared memory, >= the register estimate)",
-       lambda p, lim: p["minb"] >= 0 and p["minb"] * _threads(p) <= lim.max_threads_per_sm
+       lambda p, lim: p["minb"] >= 0 and p["minb"] * family_threads(p) <= lim.max_threads_per_sm
        and p["minb"] * (family_smem(p) + 1024) <= lim.smem_per_sm
-       and family_regs_estimate(p) <= min(255, lim.regs_per_sm // max(1, p["minb"] * _threads(p)))),
+       and family_regs_estimate(p) <= min(255, lim.regs_per_sm // max(1, p["minb"] * family_threads(p)))),
     _SWIZZLE,
     _c("splits >= 1", lambda p, lim: p["splits"] >= 1),
     _c("order is 0 (FFMAs row by row) or 1 (serpentine rows)", lambda p, lim: p["order"] in (0, 1)),
     _c("sk is 0 (a block per tile), 1 (stream-K, which takes splits = 1) or 2 (split-K summed in the kernel)",
        lambda p, lim: p["sk"] in (0, 1, 2) and (p["sk"] != 1 or p["splits"] == 1)),
     _c("mma is 0 (FFMA), 1 (TF32 tensor cores) or 3 (TF32x3)", lambda p, lim: p["mma"] in (0, 1, 3)),
-    _c("ks (k slices a block) is 1, or 2..4 with stages >= 2, mma = 0, sk = 0, bk a multiple of ks and "
-       "(bm/tm)*(bn/tn) a multiple of 32",
+    _c("ks (k slices a block) is 1, or 2..4 with stages >= 2, mma = 0, sk = 0, bk an even multiple of ks "
+       "(the fragments alternate between two buffers) and (bm/tm)*(bn/tn) a multiple of 32",
        lambda p, lim: p["ks"] == 1 or (2 <= p["ks"] <= 4 and p["stages"] >= 2 and p["mma"] == 0 and p["sk"] == 0
-                                       and p["bk"] % p["ks"] == 0
+                                       and p["bk"] % (2 * p["ks"]) == 0
                                        and (p["bm"] // p["tm"]) * (p["bn"] // p["tn"]) % 32 == 0)),
     _c("with mma: tm = tn = 8, bm a multiple of 64 and bn of 32 (warps of 64 x 32), bk a multiple of 8, "
        "stages >= 2", lambda p, lim: p["mma"] == 0 or (p["tm"] == p["tn"] == 8 and p["bm"] % 64 == 0
@@ -296,7 +294,7 @@ FAMILY = KernelSpec(
     # the best config of the H100/H200 sweeps at 4096^3 and 8192^3 (selection.HUGE; rung 8's shape)
     defaults={"bm": 256, "bn": 128, "bk": 8, "tm": 16, "tn": 8, "ln": 2, "minb": 1, "swizzle": 8,
               "stages": 3, "splits": 1, "order": 1, "sk": 0, "mma": 0, "ks": 1},
-    block=lambda p: (_threads(p), 1, 1),
+    block=lambda p: (family_threads(p), 1, 1),
     tile=lambda p: (p["bm"], p["bn"]),
     smem=family_smem,
     constraints=FAMILY_CONSTRAINTS,

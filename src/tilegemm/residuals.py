@@ -70,10 +70,10 @@ def _arrays(near: dict) -> tuple:
     return got
 
 
-def corrections(near: dict | None, M: int, N: int, K: int, width: int, names=None) -> dict:
-    """The log correction of the predicted time on this shape of each candidate of ``names`` (by
-    default those ``near``, a set's residuals by candidate as lists of ``row``, holds residuals for),
-    by name; 0 for a candidate whose group has no residuals."""
+def corrections(near: dict | None, M: int, N: int, K: int, width: int, names) -> dict:
+    """The log correction of the predicted time on this shape of each candidate of ``names``, by
+    name, from ``near`` (a set's residuals by candidate, lists of ``row``); 0 for a candidate whose
+    group has no residuals."""
     if not near:
         return {}
     _, ids, index, members, splits, shapes, widths, errors = _arrays(near)
@@ -83,7 +83,7 @@ def corrections(near: dict | None, M: int, N: int, K: int, width: int, names=Non
     num = np.bincount(index, weights=w * errors, minlength=len(ids))  # by group, no split distance
     den = PRIOR + np.bincount(index, weights=w, minlength=len(ids))
     out, asked = {}, {}
-    for name in near if names is None else names:
+    for name in names:
         g, s = group(name)
         if g not in ids:
             out[name] = 0.0

@@ -94,14 +94,24 @@ def _async_copies(layout: str, bm: int, bn: int, bk: int, threads: int, lda_s: i
 
 
 def _fragments(a_off: Callable[[int], int], b_off: Callable[[int], int], pa: int, pb: int,
-               b_base: int, extra: int = 0) -> list[Access]:
+               b_base: int, extra: int = 0, slices: int = 1) -> list[Access]:
     """Per k: pa float4s of A from As[k][a_off..] and pb of B from Bs[k][b_off..]; ``extra``
     more k rows per block (the cp.async loop reads the next tile's first row after the last tile
-    too, from a stage nobody uses)."""
+    too, from a stage nobody uses); with k ``slices``, each warp reads 1/slices of the k rows."""
     return [
-        Access("A fragment (LDS.128)", "ld", 16, lambda t: W * a_off(t), lambda K: pa * (K + extra)),
-        Access("B fragment (LDS.128)", "ld", 16, lambda t: W * (b_base + b_off(t)), lambda K: pb * (K + extra)),
+        Access("A fragment (LDS.128)", "ld", 16, lambda t: W * a_off(t), lambda K: pa * (K // slices + extra)),
+        Access("B fragment (LDS.128)", "ld", 16, lambda t: W * (b_base + b_off(t)), lambda K: pb * (K // slices + extra)),
     ]
+
+
+def _handover(outputs: int, slice_threads: int, slices: int) -> list[Access]:
+    """gemm.cu KS > 1: slices 1.. store their ``outputs`` sums a thread, slice 0 loads them, element e
+    of thread t at e * slice_threads + t (consecutive lanes, consecutive words); per block, averaged
+    over all warps (the storing and the loading warps are (slices - 1) / slices of them each way)."""
+    n = outputs * (slices - 1) // slices
+    at = lambda t: W * (t % slice_threads)
+    return [Access("k slices' sums handed over (STS.32)", "st", 4, at, lambda K: n),
+            Access("k slices' sums added (LDS.32)", "ld", 4, at, lambda K: n)]
 
 
 def _placeholders(name: str, p: dict, layout: str, bk: int, stages: int) -> list[Access]:
@@ -171,19 +181,23 @@ def _rung5(p, layout):
     return _blocked_map(p["bm"], p["bn"], p["bk"], p["rm"], p["rn"], layout, threads)
 
 
-def _warp_map(bm, bn, bk, tm, tn, ln, layout, staged, stages=0):
+def _warp_map(bm, bn, bk, tm, tn, ln, layout, staged, stages=0, ks=1):
     """Rungs 6-8 and the family: warps of (32/ln) x ln threads, 4 x 4 patches, rows padded by 4;
-    tiles through registers (stages = 0, two buffers) or copied by cp.async (stages buffers)."""
+    tiles through registers (stages = 0, two buffers) or copied by cp.async (stages buffers);
+    ks k slices (the family's KS): ks such thread grids share the copies, slice s reading k rows
+    s * bk / ks.. of each tile, then handing its sums over."""
     rows_t, cols_t = bm // tm, bn // tn
-    threads, lm, warps_n = rows_t * cols_t, 32 // ln, cols_t // ln
-    tr = lambda t: (t // 32 // warps_n) * lm + t % 32 // ln
-    tc = lambda t: (t // 32 % warps_n) * ln + t % 32 % ln
+    threads, lm, warps_n = rows_t * cols_t, 32 // ln, cols_t // ln  # threads of one slice
+    tr = lambda t: (t % threads // 32 // warps_n) * lm + t % 32 // ln
+    tc = lambda t: (t % threads // 32 % warps_n) * ln + t % 32 % ln
     lda_s, ldb_s = bm + 4, bn + 4
+    first = lambda t: t // threads * (bk // ks)  # the slice's first k row of a tile
     b_base = max(2, stages) * bk * lda_s
     fill = _async_copies if stages else _operand_stores
-    acc = fill(layout, bm, bn, bk, threads, lda_s, ldb_s, b_base) + _fragments(
-        lambda t: tr(t) * 4, lambda t: tc(t) * 4, tm // 4, tn // 4, b_base, 1 if stages else 0)
-    return acc + (_staging() if staged else [])
+    acc = fill(layout, bm, bn, bk, threads * ks, lda_s, ldb_s, b_base) + _fragments(
+        lambda t: tr(t) * 4 + first(t) * lda_s, lambda t: tc(t) * 4 + first(t) * ldb_s, tm // 4, tn // 4, b_base,
+        1 if stages else 0, ks)
+    return acc + (_staging() if staged else []) + (_handover(tm * tn, threads, ks) if ks > 1 else [])
 
 
 def _rung6(p, layout):
@@ -200,7 +214,7 @@ def _rung8(p, layout):  # 256 x 128 tile, 16 x 8 threads, cp.async stages
 
 
 def _family(p, layout):
-    acc = _warp_map(p["bm"], p["bn"], p["bk"], p["tm"], p["tn"], p["ln"], layout, False, p["stages"])
+    acc = _warp_map(p["bm"], p["bn"], p["bk"], p["tm"], p["tn"], p["ln"], layout, False, p["stages"], p.get("ks", 1))
     return acc + (_placeholders("gemm", p, layout, p["bk"], p["stages"]) if p["stages"] else [])
 
 

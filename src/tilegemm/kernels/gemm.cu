@@ -118,8 +118,9 @@ static_assert(STAGES == 0 || (STAGES >= 2 && STAGES <= 8), "STAGES is 0 or 2..8"
 static_assert(ORDER == 0 || ORDER == 1, "ORDER is 0 (rows) or 1 (serpentine)");
 static_assert(MMA == 0 || (TM == 8 && TN == 8 && BM % 64 == 0 && BN % 32 == 0 && BK % 8 == 0 && STAGES >= 2),
               "MMA: 8 x 8 per lane, warps of 64 x 32, BK a multiple of 8, a cp.async pipeline");
-static_assert(KS == 1 || (KS >= 2 && KS <= 4 && BK % KS == 0 && NTS % 32 == 0 && STAGES >= 2 && MMA == 0 && SK == 0),
-              "KS > 1: BK a multiple of KS, whole warps a slice, a cp.async pipeline, FFMAs, one block per tile");
+static_assert(KS == 1 || (KS >= 2 && KS <= 4 && BK % (2 * KS) == 0 && NTS % 32 == 0 && STAGES >= 2 && MMA == 0 && SK == 0),
+              "KS > 1: BK an even multiple of KS (a tile's next first row lands in fragment buffer 0), whole warps a "
+              "slice, a cp.async pipeline, FFMAs, one block per tile");
 static_assert(SK >= 0 && SK <= 2, "SK is 0 (a block per tile), 1 (stream-K) or 2 (split-K summed in the kernel)");
 
 #if MINB > 0

@@ -214,7 +214,6 @@ def family_threads(p) -> int:
     return (p["bm"] // p["tm"]) * (p["bn"] // p["tn"]) * p.get("ks", 1)
 
 
-
 def _tile_loads(rows: int, cols: int, threads: int) -> bool:
     """tg_tiles.cuh's GTile: whole float4s per thread, each thread's float4s in one column."""
     return cols % 4 == 0 and (rows * cols) % (4 * threads) == 0 and threads % (cols // 4) == 0

@@ -28,7 +28,7 @@
 //              slices 1.. hand theirs to slice 0 through shared memory, which adds them in slice
 //              order and stores the tile (sliced K within a block: KS times the warps a tile, for
 //              products with too few tiles to fill the SMs, without split-K's pass through global
-//              memory).  KS > 1 takes STAGES >= 2, MMA = 0 and SK = 0
+//              memory).  KS > 1 takes STAGES >= 2, MMA = 0, SK = 0 and BK an even multiple of KS
 //   SK         0: one block per tile (and split).  1: stream-K (Osama et al., PPoPP'23): a fixed grid
 //              of G resident blocks shares the count * tiles * ceil(K / BK) k-iterations evenly;
 //              see tilegemm_gemm's stream-K branch.  2: split-K whose splits add up the tile

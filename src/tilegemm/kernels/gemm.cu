@@ -89,18 +89,6 @@
 #ifndef KS
 #define KS 1
 #endif
-#ifndef TMAB
-#define TMAB 0
-#endif
-#if TMAB
-#include "tg_wgmma.cuh"
-// B (NN, any row alignment) seen as a (K/4) x 4N view: 4 rows of B per view row, whose stride (16 N
-// bytes) TMA accepts; stage slot s holds the tile's k rows s, s+4, ...; set by the host before a launch
-__constant__ TgTensorMap tg_bmap;
-#define BROW(i) ((((i) % 4) * (BK / 4) + (i) / 4) * BN)
-#else
-#define BROW(i) ((i) * LDB_S)
-#endif
 
 #define ROWS_T (BM / TM)            // threads along M
 #define COLS_T (BN / TN)            // threads along N
@@ -133,8 +121,6 @@ static_assert(MMA == 0 || (TM == 8 && TN == 8 && BM % 64 == 0 && BN % 32 == 0 &&
 static_assert(KS == 1 || (KS >= 2 && KS <= 4 && BK % (2 * KS) == 0 && NTS % 32 == 0 && STAGES >= 2 && MMA == 0 && SK == 0),
               "KS > 1: BK an even multiple of KS (a tile's next first row lands in fragment buffer 0), whole warps a "
               "slice, a cp.async pipeline, FFMAs, one block per tile");
-static_assert(!TMAB || (KS == 1 && SK == 0 && STAGES >= 2 && MMA == 0 && TG_TRANS_B == 0 && BK % 4 == 0),
-              "TMAB: B by TMA, one slice, one block per tile, a cp.async pipeline, FFMAs, B as stored");
 static_assert(SK >= 0 && SK <= 2, "SK is 0 (a block per tile), 1 (stream-K) or 2 (split-K summed in the kernel)");
 
 #if MINB > 0
@@ -296,45 +282,12 @@ __device__ __forceinline__ void k_loop_async(float (*acc)[TN], float *smem, cons
     constexpr int SA = BK * LDA_S, SS = SA + BK * LDB_S;  // floats: A tile, whole stage [A | B]
     const unsigned s0 = tg_smem(smem);
     const int T = (K + BK - 1) / BK;   // tiles; the first holds k in [K - T*BK, K - (T-1)*BK)
-#if TMAB
-    const unsigned bar0 = s0 + 4 * STAGES * SS;  // STAGES mbarriers after the stages
-    if (tid == 0) {
-#pragma unroll
-        for (int s = 0; s < STAGES; ++s) tg_mbar_init(bar0 + 8 * s, 1);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
-    const int kbeg = K - T * BK;
-    // tile t into stage `stage`: four boxes of BK/4 view rows x BN columns, slot s the rows k = kt + s + 4r
-    auto issue = [&](int stage, int t) {
-        if (tid == 0 && t < T) {
-            const unsigned bar = bar0 + 8 * stage;
-            tg_mbar_expect_tx(bar, BK * BN * 4);
-#pragma unroll
-            for (int s = 0; s < 4; ++s) {
-                const int kk = kbeg + t * BK + s;
-                tg_tma_2d(s0 + 4 * (stage * SS + SA + s * (BK / 4) * BN), &tg_bmap, (kk & 3) * N + n0, kk >> 2, bar);
-            }
-        }
-    };
-#endif
     AsyncOperands<BM, BN, BK, NT, LDA_S, LDB_S> g;
     g.init(A, lda, B, ldb, M, N, K, m0, n0, K - T * BK, tid);
     g.template copy<true>(s0, s0 + 4 * SA, true, lda, ldb, tid);
-#if TMAB
-    issue(0, 0);
-#endif
 #pragma unroll
-    for (int s = 1; s < STAGES - 1; ++s) {
-        g.template copy<false>(s0 + 4 * s * SS, s0 + 4 * (s * SS + SA), s < T, lda, ldb, tid);
-#if TMAB
-        issue(s, s);
-#endif
-    }
+    for (int s = 1; s < STAGES - 1; ++s) g.template copy<false>(s0 + 4 * s * SS, s0 + 4 * (s * SS + SA), s < T, lda, ldb, tid);
     tg_cp_wait<STAGES - 2>();
-#if TMAB
-    tg_mbar_wait(bar0, 0);
-#endif
     __syncthreads();
     float a[2][TM], b[2][TN];
     const float *as0 = smem + ao, *bs0 = smem + SA + bo;  // this thread's fragments in stage 0
@@ -342,27 +295,16 @@ __device__ __forceinline__ void k_loop_async(float (*acc)[TN], float *smem, cons
     frag<TN / 4, COLS_T * 4>(b[0], bs0);
 
     int ro = 0, wo = (STAGES - 1) * SS;  // offsets of the stage read now (tile t) and filled now
-#if TMAB
-    int rs = 0, ws = STAGES - 1;  // their indices
-#endif
     for (int t = 0; t < T; ++t) {
         g.template copy<false>(s0 + 4 * wo, s0 + 4 * (wo + SA), t + STAGES - 1 < T, lda, ldb, tid);
-#if TMAB
-        issue(ws, t + STAGES - 1);
-#endif
         const float *as = as0 + ro, *bs = bs0 + ro;
 #pragma unroll
         for (int k = 0; k < BKS - 1; ++k) {  // this slice's k rows of the tile (all of them when KS = 1)
             frag<TM / 4, ROWS_T * 4>(a[(k + 1) % 2], as + (k + 1) * LDA_S);
-            frag<TN / 4, COLS_T * 4>(b[(k + 1) % 2], bs + BROW(k + 1));
+            frag<TN / 4, COLS_T * 4>(b[(k + 1) % 2], bs + (k + 1) * LDB_S);
             outer(acc, a[k % 2], b[k % 2]);
         }
         tg_cp_wait<STAGES - 2>();  // this thread's copies of tile t+1 have landed...
-#if TMAB
-        ws = rs;
-        rs = rs == STAGES - 1 ? 0 : rs + 1;
-        if (t + 1 < T) tg_mbar_wait(bar0 + 8 * rs, ((t + 1) / STAGES) & 1);
-#endif
         __syncthreads();           // ...and everyone's; everyone is done reading tile t
         wo = ro;
         ro = ro == (STAGES - 1) * SS ? 0 : ro + SS;

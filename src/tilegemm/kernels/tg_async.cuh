@@ -175,19 +175,15 @@ struct AsyncOperands {
         k_lo = -kbeg;
         if (TG_TRANS_A) a.init(A + tg_a_off(m0, kbeg, lda), lda, kbeg, m0, K, M, tid);
         else            a.init(A + tg_a_off(m0, kbeg, lda), lda, m0, kbeg, M, K, tid);
-#if !TMAB
         if (TG_TRANS_B) b.init(B + tg_b_off(kbeg, n0, ldb), ldb, n0, kbeg, N, K, tid);
         else            b.init(B + tg_b_off(kbeg, n0, ldb), ldb, kbeg, n0, K, N, tid);
-#endif
     }
     // issue one tile's copies into the stage at shared byte addresses (sa, sb) and move on by BK;
     // on == false: issue none (past K)
     template <bool FIRST>
     __device__ __forceinline__ void copy(unsigned sa, unsigned sb, bool on, tg_idx lda, tg_idx ldb, int tid) {
         a.template copy<FIRST>(sa, on, k_lo, A0, tid);
-#if !TMAB
         b.template copy<FIRST>(sb, on, k_lo, B0, tid);
-#endif
         a.next(BK_, lda);
         b.next(BK_, ldb);
         tg_cp_commit();

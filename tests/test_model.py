@@ -99,12 +99,14 @@ def test_the_calibration_data_loads_and_refits_to_the_shipped_constants(fitted):
         for k, v in want["constants"].items():
             assert got["constants"][k] == pytest.approx(v, rel=1e-2, abs=1e-3), k
     assert doc["small"]["below_macs"] == fitted["small"]["below_macs"] == suites.DRAW["min_macs"]
-    # the main set keeps its residuals (residuals.py), the small and NT sets none
-    assert "residuals" not in doc["small"] and "residuals" not in doc["layouts"]["NT"]
-    assert doc["residuals"].keys() == fitted["residuals"].keys()
-    for name, want in fitted["residuals"].items():
-        got = doc["residuals"][name]
-        assert len(got) == len(want) and all(g[:4] == w[:4] and abs(g[4] - w[4]) < 0.01 for g, w in zip(got, want)), name
+    # the main and small sets keep their residuals (residuals.py), the NT set none
+    assert "residuals" not in doc["layouts"]["NT"]
+    for got_set, want_set in ((doc, fitted), (doc["small"], fitted["small"])):
+        assert got_set["residuals"].keys() == want_set["residuals"].keys()
+        for name, want in want_set["residuals"].items():
+            got = got_set["residuals"][name]
+            assert len(got) == len(want) and all(g[:4] == w[:4] and abs(g[4] - w[4]) < 0.01 for g, w in zip(got, want)), name
+    assert json.loads(calibration.dump_table(doc)) == json.loads(json.dumps(doc))  # the compact text is the same table
     with pytest.raises(ValueError, match="not a calibration of small products"):
         calibration.model_table(files, files[:1])  # event-timed calibrations are not the small set
     with pytest.raises(ValueError, match="is a calibration in NT; pass it with --layouts"):

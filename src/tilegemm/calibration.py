@@ -161,8 +161,8 @@ def model_table(files, small_files=(), layout_files=()) -> tuple[dict, str]:
         by_layout.setdefault(d.get("layout", "NN"), []).append(f)
     rows, per_sm, sms, gpu = load_calibration(files)
     consts, rms = fit(rows, per_sm, sms)
-    # the residuals correct the main set only: held out, they were measured there (docs/model.md);
-    # the small products' and layouts' sets have two to three seeds each, too few to hold one out
+    # the residuals correct the main set and the small products' set, where held out they were
+    # measured (docs/model.md); the layouts' sets have two seeds each, too few to hold one out
     doc = {"schema": 1, "kind": "model", "gpu": gpu, "sms": sms, "command": results.command(prog="python -m tilegemm.calibration"),
            "commit": results.commit(), "fitted_on": [Path(x).name for x in files], "rows": len(rows),
            "rms_log_error": rms, "blocks_per_sm": per_sm, "constants": consts,
@@ -175,7 +175,8 @@ def model_table(files, small_files=(), layout_files=()) -> tuple[dict, str]:
         s_consts, s_rms = fit(s_rows, s_per_sm, sms)
         doc["small"] = {"below_macs": small_bound(small_files), "timer": "graph",
                         "fitted_on": [Path(x).name for x in small_files], "rows": len(s_rows),
-                        "rms_log_error": s_rms, "blocks_per_sm": s_per_sm, "constants": s_consts}
+                        "rms_log_error": s_rms, "blocks_per_sm": s_per_sm, "constants": s_consts,
+                        "residuals": residual_rows(s_rows, s_consts, s_per_sm, sms)}
         said += f"; small products: {len(s_consts)} constants to {len(s_rows)} timings, rms log error {s_rms:.3f}"
     for layout, fs in sorted(by_layout.items()):
         if layout == "NN":
@@ -216,13 +217,24 @@ def held_out(table: dict, paths) -> dict:
 
 def dump_table(doc: dict) -> str:
     """A model table as JSON text: indented, each candidate's residuals on one line (the main set
-    holds thousands of them)."""
-    text = json.dumps({k: v for k, v in doc.items() if k != "residuals"}, indent=1)
-    if "residuals" not in doc:
-        return text + "\n"
-    lines = ",\n".join(f"  {json.dumps(name)}: {json.dumps(rows, separators=(',', ':'))}"
-                       for name, rows in doc["residuals"].items())
-    return text[:-2] + f',\n "residuals": {{\n{lines}\n }}\n}}\n'
+    holds thousands of them, the small products' set too)."""
+    blocks = {}
+
+    def compact(d: dict, token: str, pad: str) -> dict:
+        if "residuals" not in d:
+            return d
+        blocks[json.dumps(token)] = "{\n" + ",\n".join(
+            f"{pad} {json.dumps(name)}: {json.dumps(rows, separators=(',', ':'))}"
+            for name, rows in d["residuals"].items()) + f"\n{pad}}}"
+        return {**d, "residuals": token}
+
+    out = compact(doc, "@residuals@", " ")
+    if "small" in out:
+        out = {**out, "small": compact(out["small"], "@small residuals@", "  ")}
+    text = json.dumps(out, indent=1)
+    for token, block in blocks.items():
+        text = text.replace(token, block)
+    return text + "\n"
 
 
 def main(argv=None) -> int:

@@ -118,11 +118,16 @@ def test_the_calibration_data_loads_and_refits_to_the_shipped_constants(fitted):
 def test_the_h200_table_refits_from_its_calibration_data():
     table = json.loads((TABLE.parent / "model-NVIDIA-H200.json").read_text())
     folder = ROOT / "benchmarks" / "results" / "experiments"
-    doc, _ = calibration.model_table([folder / f for f in table["fitted_on"]])
-    assert doc["gpu"] == table["gpu"] and doc["rows"] == table["rows"] and "small" not in table
+    doc, _ = calibration.model_table([folder / f for f in table["fitted_on"]],
+                                     [folder / f for f in table["small"]["fitted_on"]])
+    assert doc["gpu"] == table["gpu"] and doc["rows"] == table["rows"] and "layouts" not in table
     assert doc["blocks_per_sm"] == table["blocks_per_sm"] and "64x64f" in doc["blocks_per_sm"]
-    for k, v in table["constants"].items():
-        assert doc["constants"][k] == pytest.approx(v, rel=1e-2, abs=1e-3), k
+    for got, want in ((doc, table), (doc["small"], table["small"])):
+        assert got["rows"] == want["rows"] and got["blocks_per_sm"] == want["blocks_per_sm"]
+        for k, v in want["constants"].items():
+            assert got["constants"][k] == pytest.approx(v, rel=1e-2, abs=1e-3), k
+        assert got["residuals"].keys() == want["residuals"].keys()
+    assert "64x64s" in table["small"]["blocks_per_sm"] and "32x32" in table["small"]["blocks_per_sm"]
 
 
 def test_a_layout_with_its_own_set_takes_it_above_the_small_bound(fitted):

@@ -131,7 +131,11 @@ def test_the_quick_tuning_times_the_model_s_best_few(monkeypatch, tmp_path):
         assert autotune.quick_candidates(sel, *KEY) == best
         timed.clear()
         full = autotune.tune_shape(0, *KEY, matmul=None, full=True, write=False)
-        assert full["mode"] == "full" and len(timed) == len(autotune.candidates(*KEY[1:], 132, Limits.from_props(H100)))
+        grid = autotune.candidates(*KEY[1:], 132, Limits.from_props(H100))
+        # the full search times the grid and the model's best: k slices and filling split counts are not in the grid
+        from_model = [c for c in sel.predicted(*KEY[1:], autotune.FULL_MODEL_TOP) if c not in grid]
+        assert full["mode"] == "full" and from_model and [t["config"] for t in full["tried"]] == grid + from_model
+        assert not any(c.get("ks", 1) > 1 for c in grid)
         # products below the bench draw's work are timed from graphs (one by one they time the host)
         assert GRAPHS and all(GRAPHS)  # 777 x 999 x 1111
         GRAPHS.clear()

@@ -175,6 +175,9 @@ def compile_all(cfgs: list[dict], layouts, arch: str, vec: int = 4, progress=Non
 
 QUICK_TOP = 6  # the model's best candidates timed by the quick tuning (the default)
 QUICK_TARGET_S = 0.05  # seconds of timing per quick candidate (the full search: 0.15)
+# the full search also times the cost model's best this many: its candidates include what GRID does not
+# enumerate (k-sliced tiles, split counts that fill the SMs' block slots, model.candidates)
+FULL_MODEL_TOP = 12
 
 
 def quick_candidates(sel, layout: str, M: int, N: int, K: int, count: int, top: int = QUICK_TOP) -> list[dict]:
@@ -196,7 +199,7 @@ def tune_shape(device: int, layout: str, M: int, N: int, K: int, count: int = 1,
     "tflops", "ms", "rel_err", "tried", "mode", ...} and (``write``) records the winner in the
     user's tuning cache.  By default ("quick", a few seconds a shape) the cost model's ``top``
     (6) best candidates are timed; ``full``, or a GPU with no fitted model, searches the family's
-    grid (``candidates``, ``top`` 24: tens of seconds a shape).  Products below the bench draw's work
+    grid (``candidates``, ``top`` 24: tens of seconds a shape), and with a model its FULL_MODEL_TOP best.  Products below the bench draw's work
     (``suites.SMALL_DRAW``) are timed from CUDA graphs: called one by one, they measure the host."""
     start = time.perf_counter()
     props = gpu.device_properties(device)
@@ -207,6 +210,7 @@ def tune_shape(device: int, layout: str, M: int, N: int, K: int, count: int = 1,
     mode, target_s = ("quick", QUICK_TARGET_S) if cands else ("full", 0.15)
     if not cands:
         cands = candidates(M, N, K, count, props.sms, Limits.from_props(props), top or 24)
+        cands += [c for c in sel.predicted(M, N, K, count, FULL_MODEL_TOP, layout) if c not in cands]
     built = compile_all(cands, [layout], props.arch)
     ok = [c for c in cands
           if built[(tuple(sorted(F.compiled_params(F.params(c)).items())), layout)][1:] == (0, None)]

@@ -306,8 +306,8 @@ def build_parser() -> ArgParser:
     p.add_argument("--layouts", **layouts, help="layouts to tune; default: NN (other layouts fall back to NN's entry)")
     p.add_argument("--top", type=POSITIVE, help="candidates timed per shape; default: 6 (24 with --full)")
     p.add_argument("--full", action="store_true",
-                   help="search the family's whole grid (tens of seconds a shape) instead of timing the cost "
-                   "model's best candidates (a few seconds a shape)")
+                   help="search the family's whole grid and the cost model's twelve best (tens of seconds a "
+                   "shape) instead of timing the model's best few (a few seconds a shape)")
     p.add_argument("--ship", metavar="DIR", help="also write the results as a shippable table into DIR")
     p.add_argument("--out", help="also write every candidate's timing to OUT/tune.json")
     p.add_argument("--arch", type=ARCH, help="arch for the GPU-free listing (default sm_90)")

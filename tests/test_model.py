@@ -107,6 +107,7 @@ def test_the_calibration_data_loads_and_refits_to_the_shipped_constants(fitted):
             got = got_set["residuals"][name]
             assert len(got) == len(want) and all(g[:4] == w[:4] and abs(g[4] - w[4]) < 0.01 for g, w in zip(got, want)), name
     assert json.loads(calibration.dump_table(doc)) == json.loads(json.dumps(doc))  # the compact text is the same table
+    assert calibration.dump_table(fitted) == TABLE.read_text()  # and the shipped file is that text
     with pytest.raises(ValueError, match="not a calibration of small products"):
         calibration.model_table(files, files[:1])  # event-timed calibrations are not the small set
     with pytest.raises(ValueError, match="is a calibration in NT; pass it with --layouts"):

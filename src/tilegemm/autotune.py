@@ -143,7 +143,10 @@ def candidates(M: int, N: int, K: int, count: int, sms: int, limits: Limits,
                 m = {**must, "splits": must.get("splits", 1), "order": order, "ln": ln}
                 if m not in chosen and not F.violations(F.params(m), limits):
                     chosen.append(m)
-    return chosen
+    once = {}  # a config written two ways (a default spelled out or left out) is timed once
+    for c in chosen:
+        once.setdefault(_key(c), c)
+    return list(once.values())
 
 
 def _compile_one(args):
@@ -180,6 +183,11 @@ QUICK_TARGET_S = 0.05  # seconds of timing per quick candidate (the full search:
 FULL_MODEL_TOP = 12
 
 
+def _key(cfg: dict) -> tuple:
+    """A config with every parameter it leaves at its default written out: the launch it names."""
+    return tuple(sorted(F.params(cfg).items()))
+
+
 def quick_candidates(sel, layout: str, M: int, N: int, K: int, count: int, top: int = QUICK_TOP) -> list[dict]:
     """The quick tuning's candidates: the ``top`` configs the cost model predicts fastest, and the
     config the selection takes from a table (the tuning cache or the shipped table) for the shape, if any;
@@ -199,7 +207,8 @@ def tune_shape(device: int, layout: str, M: int, N: int, K: int, count: int = 1,
     "tflops", "ms", "rel_err", "tried", "mode", ...} and (``write``) records the winner in the
     user's tuning cache.  By default ("quick", a few seconds a shape) the cost model's ``top``
     (6) best candidates are timed; ``full``, or a GPU with no fitted model, searches the family's
-    grid (``candidates``, ``top`` 24: tens of seconds a shape), and with a model its FULL_MODEL_TOP best.  Products below the bench draw's work
+    grid (``candidates``, ``top`` 24: tens of seconds a shape), and with a model its FULL_MODEL_TOP
+    best beside it.  Products below the bench draw's work
     (``suites.SMALL_DRAW``) are timed from CUDA graphs: called one by one, they measure the host."""
     start = time.perf_counter()
     props = gpu.device_properties(device)
@@ -210,7 +219,8 @@ def tune_shape(device: int, layout: str, M: int, N: int, K: int, count: int = 1,
     mode, target_s = ("quick", QUICK_TARGET_S) if cands else ("full", 0.15)
     if not cands:
         cands = candidates(M, N, K, count, props.sms, Limits.from_props(props), top or 24)
-        cands += [c for c in sel.predicted(M, N, K, count, FULL_MODEL_TOP, layout) if c not in cands]
+        built = {_key(c) for c in cands}  # one kernel is timed once, however its config is written
+        cands += [c for c in sel.predicted(M, N, K, count, FULL_MODEL_TOP, layout) if _key(c) not in built]
     built = compile_all(cands, [layout], props.arch)
     ok = [c for c in cands
           if built[(tuple(sorted(F.compiled_params(F.params(c)).items())), layout)][1:] == (0, None)]

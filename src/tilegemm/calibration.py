@@ -1,7 +1,7 @@
 """Fitting the cost model (model.py) to calibration measurements (scripts/calibrate.py): the
 constants that minimise the squared error of log time, by Levenberg-Marquardt with NumPy alone, and
 the model table the selection reads (``tilegemm/tables/model-<gpu>.json``), which keeps the main
-set's residuals too (``residual_rows``: what corrects its predictions, residuals.py).
+and small products' sets' residuals too (``residual_rows``: what corrects their predictions, residuals.py).
 
     python -m tilegemm.calibration fit CALIBRATION.json ... [--small CALIBRATION-SMALL.json ...] \
         [--layouts CALIBRATION-NT.json ...] --out src/tilegemm/tables/model-<gpu>.json

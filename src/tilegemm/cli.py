@@ -304,7 +304,8 @@ def build_parser() -> ArgParser:
     which.add_argument("--shapes", nargs="+", metavar="SHAPE", type=SHAPE, help=f"{SHAPE_HELP}; default: the bench suite")
     which.add_argument("--suite", action="store_true", help="the bench suite (the default)")
     p.add_argument("--layouts", **layouts, help="layouts to tune; default: NN (other layouts fall back to NN's entry)")
-    p.add_argument("--top", type=POSITIVE, help="candidates timed per shape; default: 6 (24 with --full)")
+    p.add_argument("--top", type=POSITIVE, help="the model's best N timed per shape (default 6); with --full, the "
+                   "grid's N best by score (default 24), besides the configs it always times and the model's 12 best")
     p.add_argument("--full", action="store_true",
                    help="search the family's whole grid and the cost model's twelve best (tens of seconds a "
                    "shape) instead of timing the model's best few (a few seconds a shape)")

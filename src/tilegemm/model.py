@@ -33,9 +33,9 @@ two sets: one for the bench's draw (at least 1024^3 multiply-adds, timed call by
 smaller products (timed from CUDA graphs: there the host takes longer per call than the GPU, and a
 call-by-call timing would fit the host's cost).  It may hold a set per operand layout too (its
 ``layouts``: fitted to calibrations of that layout), which serves that layout's shapes in the main
-set's domain.  ``set_for`` picks the set for a shape.  The main set keeps its calibration's
-residuals too, which correct a single NN product's predictions where the constants are wrong the
-same way on nearby shapes (residuals.py).
+set's domain.  ``set_for`` picks the set for a shape.  The main and small products' sets keep their
+calibrations' residuals too, which correct a single NN product's predictions where the constants are
+wrong the same way on nearby shapes (residuals.py).
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ SUMMED_TILES = ("128x128", "64x128", "128x64", "64x64", "64x64f", "32x32")  # al
 # for 62 of 64 tile-shape pairs (docs/perf-notes.md)
 SUMMED_MAX_SPLITS = 16
 GLOBALS = ("red0", "red1", "hand", "summed", "launch")
-RESIDUALS_LAYOUT = "NN"  # the layout of the main set's calibrations, whose residuals correct it (residuals.py)
+RESIDUALS_LAYOUT = "NN"  # the layout of the main and small sets' calibrations, whose residuals correct them (residuals.py)
 SMALL_ONLY = ("32x32",)  # offered only for products below SMALL_MACS multiply-adds
 SMALL_MACS = 1024**3  # the bench draw's smallest product (suites.DRAW), the small set's bound
 # The share of the narrow-access costs ``u`` and ``l`` paid at each width (access.row_width): 8-byte accesses

@@ -219,8 +219,8 @@ def tune_shape(device: int, layout: str, M: int, N: int, K: int, count: int = 1,
     mode, target_s = ("quick", QUICK_TARGET_S) if cands else ("full", 0.15)
     if not cands:
         cands = candidates(M, N, K, count, props.sms, Limits.from_props(props), top or 24)
-        built = {_key(c) for c in cands}  # one kernel is timed once, however its config is written
-        cands += [c for c in sel.predicted(M, N, K, count, FULL_MODEL_TOP, layout) if _key(c) not in built]
+        launches = {_key(c) for c in cands}  # one kernel is timed once, however its config is written
+        cands += [c for c in sel.predicted(M, N, K, count, FULL_MODEL_TOP, layout) if _key(c) not in launches]
     built = compile_all(cands, [layout], props.arch)
     ok = [c for c in cands
           if built[(tuple(sorted(F.compiled_params(F.params(c)).items())), layout)][1:] == (0, None)]

@@ -102,16 +102,29 @@ def out_width(N: int, pairs: bool = True) -> int:
     return vector_width((0, N), pairs=pairs)
 
 
-def family_widths(layout: str, copies: bool, a: tuple, b: tuple, d: tuple | None) -> int | tuple[int, int, int]:
+# The width code of rows of odd length (an odd leading dimension) that the family's cp.async configs
+# copy by rows: every other row starts 8-byte aligned and is copied 8 bytes at a time, the others 4
+# (tg_async.cuh, OddRowsTile): a quarter fewer copies than 4 bytes a row.  Not a number of floats.
+ODD_ROWS = 3
+
+
+def family_widths(layout: str, copies: bool, a: tuple, b: tuple, d: tuple | None,
+                  odd_rows: bool = False) -> int | tuple[int, int, int]:
     """The family's access width per operand (A, B, D) in floats, 4, 2 or 1 (16-, 8- or 4-byte
     accesses), each operand given as in ``vector_width``.
     ``copies``: the config copies its tiles with cp.async (stages >= 2, or the tensor cores), where an
     operand whose k runs along its rows in memory (A as stored, B as a transposed view) is copied 4
     bytes at a time whatever its alignment, so its width is 4 (one build for every alignment).  The
     register pipeline reads both along their rows.  ``d``: None when the kernel writes the split-K
-    workspace, whose rows are padded to a multiple of 4 floats.  C is read 4 bytes at a time.  One
-    number when the three agree (the build every operand shares), else (A, B, D)."""
-    widths = (4 if copies and layout[0] == "N" else vector_width(a, pairs=True),
-              4 if copies and layout[1] == "T" else vector_width(b, pairs=True),
+    workspace, whose rows are padded to a multiple of 4 floats.  C is read 4 bytes at a time.
+    ``odd_rows`` (a cp.async config whose tiles split into 8- and 4-byte copies by rows,
+    registry.family_odd_rows): an operand copied along rows of odd length is ODD_ROWS.  One number
+    when the three agree (the build every operand shares), else (A, B, D)."""
+    def along(op: tuple) -> int:
+        w = vector_width(op, pairs=True)
+        return ODD_ROWS if copies and odd_rows and w == 1 and op[1] % 2 else w
+
+    widths = (4 if copies and layout[0] == "N" else along(a),
+              4 if copies and layout[1] == "T" else along(b),
               4 if d is None else vector_width(d, pairs=True))
     return widths[0] if len(set(widths)) == 1 else widths

@@ -219,6 +219,19 @@ def _tile_loads(rows: int, cols: int, threads: int) -> bool:
     return cols % 4 == 0 and (rows * cols) % (4 * threads) == 0 and threads % (cols // 4) == 0
 
 
+def family_odd_rows(p) -> bool:
+    """Whether gemm.cu's cp.async copies can take rows of odd length by rows (tg_async.cuh,
+    OddRowsTile; access.ODD_ROWS): the tiles copied along their rows (bk x bn of B, bk x bm of A as
+    a transposed view) split, per half of their rows, into whole 8- and 4-byte copies per thread,
+    each thread's in one column of copies.  Every config the model runs does; others read such rows
+    4 bytes at a time."""
+    threads = family_threads(p)
+    if p["stages"] < 2 or p["bk"] % 2:
+        return False
+    return all((p["bk"] // 2) * (cols // v) % threads == 0 and (threads % (cols // v) == 0 or (cols // v) % threads == 0)
+               for cols in (p["bm"], p["bn"]) for v in (2, 1))
+
+
 def family_buffers(p) -> int:
     """Shared-memory tile buffers of gemm.cu: two (stages = 0), else one per stage."""
     return max(2, p["stages"])

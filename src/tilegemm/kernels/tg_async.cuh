@@ -157,13 +157,110 @@ struct AsyncTile {
     __device__ __forceinline__ void next(int bk, tg_idx ld) { base += TRANSPOSED ? (tg_idx)bk : bk * ld; }
 };
 
+// Rows of odd length (TG_VEC_A / TG_VEC_B = 3): a tile copied along its rows (k the row) of a view whose
+// leading dimension is odd.  Row r starts p + r * ld floats past a 16-byte boundary (p: the tile's
+// first element), so every other row starts 8-byte aligned (of four rows, one 16-byte aligned and one
+// 8); BK is even, so they are the same rows of every tile.  Those rows are copied 8 bytes at a time,
+// the others 4: a pair of rows in COLS/2 + COLS copies instead of 2 COLS (25% fewer), into the shared
+// tile AsyncTile fills.  Which rows start 8-byte aligned is found at run time from p.  (The
+// 16-byte aligned rows alone, one in four, would take BK/4 x COLS/4 copies, fewer than the threads of
+// every config the family runs: a copy for some threads only, whose predicate cost ptxas 14-19 more
+// registers a thread in the 64 x 128 tile.)
+
+// The rows first + 2 j (j < ROWS / 2) of a tile, V floats a copy, spread over the threads as
+// AsyncTile spreads a tile's.
+template <int ROWS, int COLS, int THREADS, int LD, int V>
+struct RowClass {
+    static constexpr int R = ROWS / 2, W = COLS / V, N = R * W / THREADS;
+    static_assert(ROWS % 2 == 0 && COLS % V == 0 && N * THREADS == R * W, "whole copies per thread, whole rows");
+    static_assert(THREADS % W == 0 || W % THREADS == 0, "copies cover whole rows");
+    tg_off o[N];  // copy i reads base + o[i]
+    int nb[N];    // bytes copy i reads: 4 * V, fewer at the last column group
+
+    // copy i of thread tid -> (row of the class, column)
+    __device__ __forceinline__ static void place(int i, int tid, int &r, int &c) {
+        if (THREADS % W == 0) {
+            r = i * (THREADS / W) + tid / W;
+            c = (tid % W) * V;
+        } else {
+            constexpr int PR = THREADS % W == 0 ? 1 : W / THREADS;  // copy indices per row
+            r = i / PR;
+            c = ((i % PR) * THREADS + tid) * V;
+        }
+    }
+    __device__ __forceinline__ static int soff(int i, int tid) {
+        int r, c;
+        place(i, tid, r, c);
+        return 2 * r * LD + c;
+    }
+    __device__ __forceinline__ void init(int first, tg_idx ld, int c0, int cols, int tid) {
+#pragma unroll
+        for (int i = 0; i < N; ++i) {
+            int r, c;
+            place(i, tid, r, c);
+            int cc = c0 + c;
+            if (cc >= cols) cc = 0;  // a column group wholly outside: any valid one
+            nb[i] = V > 1 ? 4 * min(V, cols - cc) : 4;
+            o[i] = (tg_off)((tg_idx)(first + 2 * r) * ld + (cc - c0));
+        }
+    }
+    // issue the class's copies of this tile (base: its element (0, 0)) into the stage at shared byte
+    // address s; FIRST: zero-fill rows with k < k_lo (safe: a readable address aligned to 4 V bytes)
+    template <bool FIRST>
+    __device__ __forceinline__ void copy(unsigned s, const float *base, int first, bool on, int k_lo,
+                                         const float *safe, int tid) const {
+        const unsigned t = s + 4u * (first * LD + soff(0, tid));
+#pragma unroll
+        for (int i = 0; i < N; ++i) {
+            const unsigned d = t + 4u * (soff(i, 0) - soff(0, 0));
+            if (FIRST) {
+                int r, c;
+                place(i, tid, r, c);
+                const bool in = first + 2 * r >= k_lo;
+                tg_cp_async<4 * V>(d, in ? base + o[i] : safe, in ? nb[i] : 0, on);
+            } else {
+                tg_cp_async<4 * V>(d, base + o[i], nb[i], on);
+            }
+        }
+    }
+};
+
+template <int ROWS, int COLS, int THREADS, int LD>
+struct OddRowsTile {
+    RowClass<ROWS, COLS, THREADS, LD, 2> w2;  // the rows starting 8-byte aligned, e + 2 j
+    RowClass<ROWS, COLS, THREADS, LD, 1> w1;  // the others, (e ^ 1) + 2 j
+    const float *base;  // the tile's element (0, 0), moved BK along k per tile
+    int e;              // 0: the tile's even rows start 8-byte aligned, 1: its odd ones
+
+    __device__ __forceinline__ void init(const float *b0, tg_idx ld, int r0, int c0, int rows, int cols, int tid) {
+        base = b0;
+        e = (int)((reinterpret_cast<unsigned long long>(b0) >> 2) & 1);  // ld is odd: row e starts even
+        w2.init(e, ld, c0, cols, tid);
+        w1.init(e ^ 1, ld, c0, cols, tid);
+    }
+    template <bool FIRST>
+    __device__ __forceinline__ void copy(unsigned s, bool on, int k_lo, const float *safe, int tid) const {
+        const float *even = reinterpret_cast<const float *>(reinterpret_cast<unsigned long long>(safe) & ~7ull);
+        w2.template copy<FIRST>(s, base, e, on, k_lo, even, tid);
+        w1.template copy<FIRST>(s, base, e ^ 1, on, k_lo, safe, tid);
+    }
+    __device__ __forceinline__ void next(int bk, tg_idx ld) { base += bk * ld; }
+};
+
+// AsyncTile, or OddRowsTile for a tile copied along its rows with TG_VEC_x = 3
+template <bool ODD, typename Plain, typename Odd> struct TgPick { typedef Plain type; };
+template <typename Plain, typename Odd> struct TgPick<true, Plain, Odd> { typedef Odd type; };
+template <int ROWS, int COLS, int THREADS, bool TRANSPOSED, int LD, int VEC>
+using TgTile = typename TgPick<VEC == 3 && !TRANSPOSED, AsyncTile<ROWS, COLS, THREADS, TRANSPOSED, LD, VEC == 3 ? 1 : VEC>,
+                               OddRowsTile<ROWS, COLS, THREADS, LD>>::type;
+
 // The two operands of C = A B as AsyncTiles (global orientation from TG_TRANS_A / TG_TRANS_B).
 template <int BM_, int BN_, int BK_, int THREADS, int LDA, int LDB>
 struct AsyncOperands {
     // A(m, k): row-major (TG_TRANS_A=0) rows are m, k contiguous -> transposed into As[k][m]
-    AsyncTile<TG_TRANS_A ? BK_ : BM_, TG_TRANS_A ? BM_ : BK_, THREADS, !TG_TRANS_A, LDA, TG_VEC_A> a;
+    TgTile<TG_TRANS_A ? BK_ : BM_, TG_TRANS_A ? BM_ : BK_, THREADS, !TG_TRANS_A, LDA, TG_VEC_A> a;
     // B(k, n): row-major rows are k, n contiguous -> Bs[k][n] as it is
-    AsyncTile<TG_TRANS_B ? BN_ : BK_, TG_TRANS_B ? BK_ : BN_, THREADS, (bool)TG_TRANS_B, LDB, TG_VEC_B> b;
+    TgTile<TG_TRANS_B ? BN_ : BK_, TG_TRANS_B ? BK_ : BN_, THREADS, (bool)TG_TRANS_B, LDB, TG_VEC_B> b;
     const float *A0, *B0;  // element (0, 0) of each: a valid address for zero-filled copies
     int k_lo;              // the first tile holds k in [kbeg, kbeg + BK); kbeg = K - T*BK <= 0
 

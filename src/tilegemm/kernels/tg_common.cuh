@@ -32,9 +32,12 @@
 #ifndef TG_VEC_D
 #define TG_VEC_D TG_VEC
 #endif
+// The family's cp.async copies also take 3 for A or B: rows of odd length, each row copied 16, 8 or 4
+// bytes at a time as its start allows (tg_async.cuh, OddRowsTile).
 #define TG_WIDTH_OK(w) ((w) == 4 || (w) == 2 || (w) == 1)
-static_assert(TG_WIDTH_OK(TG_VEC) && TG_WIDTH_OK(TG_VEC_A) && TG_WIDTH_OK(TG_VEC_B) && TG_WIDTH_OK(TG_VEC_D),
-              "access widths are 4 (16-byte accesses), 2 (8-byte) or 1 (4-byte)");
+static_assert(TG_WIDTH_OK(TG_VEC) && TG_WIDTH_OK(TG_VEC_D) && (TG_WIDTH_OK(TG_VEC_A) || TG_VEC_A == 3) &&
+              (TG_WIDTH_OK(TG_VEC_B) || TG_VEC_B == 3),
+              "access widths are 4 (16-byte accesses), 2 (8-byte) or 1 (4-byte); A and B also 3 (rows of odd length)");
 
 typedef long long tg_idx;
 

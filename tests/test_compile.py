@@ -470,7 +470,8 @@ def test_per_operand_widths_build_what_each_operand_allows():
     assert (d["TG_VEC_A"], d["TG_VEC_B"], d["TG_VEC_D"]) == (4, 1, 4) and "TG_VEC" not in d
     assert F.defines(p, "NN", (1, 1, 1))["TG_VEC"] == 1
     assert F.defines(p, "NN", (4, 2, 2))["TG_VEC_B"] == 2
-    for bad in ((4, 3, 4), (4, 4), 8):
+    assert F.defines(p, "NN", (4, 3, 4))["TG_VEC_B"] == 3  # rows of odd length (access.ODD_ROWS)
+    for bad in ((4, 4, 3), (3, 3, 3), (4, 4), 8):
         with pytest.raises(ValueError, match="vec must be"):
             F.defines(p, "NN", bad)
     # B 4 bytes wide, D 16: the K loop copies B with LDGSTS.32 only, the epilogue stores float4s

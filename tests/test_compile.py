@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tilegemm import CompileError, compiler, cubin, registry
+from tilegemm import CompileError, compiler, cubin, model, registry
 from tilegemm.errors import ConfigError
 from tilegemm.occupancy import Limits
 from tilegemm.instruments import sass
@@ -490,3 +490,27 @@ def test_per_operand_widths_build_what_each_operand_allows():
     assert pair_copy(c2) and not wide_copy(c2) and pair_store(c2) and not wide_store(c2)
     assert sum(n for k, n in c2.items() if k.startswith("LDGSTS")) < sum(
         n for k, n in ops[(4, 1, 4)].items() if k.startswith("LDGSTS"))
+
+
+@pytest.mark.parametrize("build", model.ODD_ROWS_BUILDS)
+def test_odd_rows_builds_copy_fewer_times_at_the_same_occupancy(build):
+    """Rows of odd length read by rows (access.ODD_ROWS, tg_async.cuh's OddRowsTile): in each build
+    that takes them (model.ODD_ROWS_BUILDS), for B in NN, the K loop copies the operand with
+    8-byte copies on half its rows (LDGSTS.64) and a quarter fewer copies than 4 bytes a row, without
+    spills, and ptxas gives it as many blocks an SM as the 4-byte build (the model's blocks per SM
+    are the build's)."""
+    F = registry.FAMILY
+    tile, kind = build.split()[0], build.split()[1] if " " in build else ""
+    cfg = {**model.TILES[tile], "sk": {"": 0, "stream-K": 1, "summed": 2}[kind]}
+    p = F.params(cfg)
+    assert registry.family_odd_rows(p) and model.odd_rows(p)
+    threads = registry.family_threads(p)
+    for layout, narrow, odd in (("NN", (4, 1, 4), (4, 3, 4)),):
+        ks = {w: F.compile(cfg, layout, arch="sm_90", vec=w) for w in (narrow, odd)}
+        loops = {w: sass.inspect(sass.disassemble(k.cubin)).mix for w, k in ks.items()}
+        copies = {w: {op: n for op, n in m.items() if op.startswith("LDGSTS")} for w, m in loops.items()}
+        assert copies[odd].get("LDGSTS.64", 0) > 0 and "LDGSTS.64" not in copies[narrow]
+        rows = p["bk"] * (p["bn"] if layout == "NN" else p["bm"]) // threads  # the operand's 4-byte copies a thread
+        assert sum(copies[narrow].values()) - sum(copies[odd].values()) == rows // 4, (layout, copies)
+        blocks = {w: min(64 * 1024 // (-(-k.resources.registers // 8) * 8 * threads), 32) for w, k in ks.items()}
+        assert ks[odd].resources.spills == 0 and blocks[odd] >= blocks[narrow], (layout, blocks)

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from tilegemm import dispatch, launch, registry, steps
+from tilegemm import access, dispatch, launch, registry, steps
 from tilegemm.arrays import Operand
 from tilegemm.compiler import KERNEL_DIR
 from tilegemm.plan import plan
@@ -143,6 +143,7 @@ def args(sig, values) -> dict:
 
 
 BIG = {"bm": 128, "bn": 128, "bk": 8, "tm": 16, "tn": 8, "ln": 8, "minb": 2, "swizzle": 8, "stages": 3}
+HUGE = {"bm": 256, "bn": 128, "bk": 8, "tm": 16, "tn": 8, "ln": 2, "minb": 1, "swizzle": 8, "stages": 3}
 PA, PB, PD = 0x10000000, 0x20000000, 0x30000000
 
 
@@ -252,8 +253,11 @@ def test_unaligned_operands_take_narrow_accesses_for_themselves_only(stubs):
     assert _built_widths(stubs, pb=PB + 4) == (4, 1, 4)
     assert _built_widths(stubs, pd=PD + 4) == (4, 4, 1)
     assert _built_widths(stubs, pa=PA + 4, pb=PB + 4, pd=PD + 4) == (4, 1, 1)
-    # a row length that is not a multiple of 4 floats: B (63 columns) and D
-    assert _built_widths(stubs, b=(64, 63), out=(64, 63)) == (4, 1, 1)
+    # a row length that is not a multiple of 4 floats: B (63 columns) and D; BIG's build (the 128 x 128
+    # candidate's) reads B's rows of odd length by rows (access.ODD_ROWS), HUGE's 4 bytes at a time
+    assert _built_widths(stubs, b=(64, 63), out=(64, 63)) == (4, access.ODD_ROWS, 1)
+    assert _built_widths(stubs, b=(64, 63), out=(64, 63), config={**HUGE, "splits": 1}) == (4, 1, 1)
+    assert _built_widths(stubs, b=(64, 62), out=(64, 62)) == (4, 2, 2)
     # the register pipeline reads A along its rows 16 bytes at a time where it can
     assert _built_widths(stubs, pa=PA + 4, config={**BIG, "stages": 0, "splits": 1}) == (1, 4, 4)
     assert _built_widths(stubs, pa=PA + 4, pb=PB + 4, pd=PD + 4, config={**BIG, "stages": 0, "splits": 1}) == 1

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tilegemm import autotune, calibration, model, registry, selection, suites
+from tilegemm import access, autotune, calibration, model, registry, selection, suites
 from tilegemm.occupancy import Limits
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -227,3 +227,22 @@ def test_narrow_reads_charge_latency_and_throughput_apart(fitted):
     lone = {**c, "64x64f.b": c["64x64f.a"] / 10}
     slow = {**lone, "64x64f.u": lone["64x64f.u"] + 1.0}
     assert model.predict(slow, "64x64f", cfg, 64, 64, 4096, 1, 6, 132, 1) == model.predict(lone, "64x64f", cfg, 64, 64, 4096, 1, 6, 132, 1)
+
+
+def test_calibrations_with_odd_rows_label_the_builds_that_read_them(fitted, tmp_path):
+    """A calibration measured after the builds of model.ODD_ROWS_BUILDS read rows of odd length by
+    rows says so (``"odd_rows": true``): its rows of those builds on such shapes get width ODD_ROWS,
+    the rest keep theirs; files without it keep width 1 (they were measured 4 bytes at a time)."""
+    path = ROOT / "benchmarks" / "results" / "experiments" / fitted["fitted_on"][-1]
+    doc = json.loads(path.read_text())
+    marked = tmp_path / path.name
+    marked.write_text(json.dumps({**doc, "odd_rows": True}))
+    before, _, _, _ = calibration.load_calibration([path])
+    after, _, _, _ = calibration.load_calibration([marked])
+    assert len(before) == len(after) and 1 in {r["width"] for r in before}
+    changed = 0
+    for b, a in zip(before, after):
+        on = b["width"] == 1 and model.build(b["candidate"]) in model.ODD_ROWS_BUILDS
+        assert a["width"] == (access.ODD_ROWS if on else b["width"]), b["candidate"]
+        changed += on
+    assert changed > 0

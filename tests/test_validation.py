@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tilegemm
-from tilegemm import access
+from tilegemm import access, model, registry
 from tilegemm import plan as planning
 from tilegemm.arrays import Operand, classify, describe
 
@@ -311,6 +311,39 @@ def test_family_widths_per_operand():
     assert access.family_widths("NN", True, ok, pair, pair) == (4, 2, 2)
     assert access.family_widths("NN", True, ok, pair, bad) == (4, 2, 1)
     assert access.family_widths("TN", True, pair, pair, pair) == 2
+    # rows of odd length, by rows where the config takes them (access.ODD_ROWS): only an operand
+    # copied along its rows, only with cp.async, only an odd leading dimension
+    odd, off = (0x1000, 7), (0x1004, 8)
+    assert access.family_widths("NN", True, ok, odd, odd, odd_rows=True) == (4, 3, 1)
+    assert access.family_widths("NN", True, ok, odd, odd) == (4, 1, 1)  # a config that does not take them
+    assert access.family_widths("NN", False, ok, odd, ok, odd_rows=True) == (4, 1, 4)  # the register pipeline
+    assert access.family_widths("NN", True, ok, off, ok, odd_rows=True) == (4, 1, 4)  # every row 4 bytes off
+    assert access.family_widths("TN", True, odd, ok, ok, odd_rows=True) == (1, 4, 4)  # A's: not measured to pay
+    assert access.family_widths("NT", True, odd, odd, ok, odd_rows=True) == 4  # both copied across their rows
+    assert access.family_widths("TN", True, (0x1004, 6), odd, ok, odd_rows=True) == (1, 3, 4)
+
+
+def test_odd_rows_by_build():
+    """The builds of model.ODD_ROWS_BUILDS read rows of odd length by rows, and the model charges them
+    NARROW_SHARE[ODD_ROWS] of the narrow reads' cost; the others 4 bytes at a time, charged in full."""
+    F = registry.FAMILY
+    on = {name for name, cfg in model.TILES.items() for sk in (0, 1, 2) if model.odd_rows(F.params({**cfg, "sk": sk}))}
+    assert on == {b.split()[0] for b in model.ODD_ROWS_BUILDS}
+    assert all(registry.family_odd_rows(F.params(cfg)) for cfg in model.TILES.values())
+    assert not registry.family_odd_rows(F.params({**model.TILES["128x128"], "stages": 0}))
+    assert not model.odd_rows(F.params({**model.TILES["64x64f"], "sk": 1}))  # not in the list
+    assert not model.odd_rows(F.params({**model.TILES["128x128"], "tm": 8, "ln": 4, "minb": 1}))  # no candidate's
+    assert model.read_width("128x128 split8 summed", 1) == access.ODD_ROWS
+    assert model.read_width("64x64f stream-K", 1) == 1 and model.read_width("128x128", 2) == 2
+    assert 0.5 < model.NARROW_SHARE[access.ODD_ROWS] < 1.0
+    c = {f"128x128.{k}": v for k, v in dict(f=5.0, a=1.0, b=0.5, u=0.4, l=0.2, v=0.0).items()}
+    c.update(red0=3.0, red1=0.004, hand=5.0, summed=2.0, launch=3.0)
+    cfg = {**model.TILES["128x128"], "splits": 1}
+    t = {w: model.predict(c, "128x128", cfg, 500, 1001, 8000, 1, 2, 132, w) for w in (4, 2, access.ODD_ROWS, 1)}
+    assert t[4] < t[2] < t[access.ODD_ROWS] < t[1]
+    ranked = {n: p for n, _, p in model.ranked(c, {"128x128": 2}, 500, 1001, 8000, 1, 132)}
+    assert ranked["128x128"] == pytest.approx(model.predict(c, "128x128", cfg, 500, 1001, 8000, 1, 2, 132,
+                                                            access.ODD_ROWS, access.out_width(1001)))
 
 
 @pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])

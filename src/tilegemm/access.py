@@ -103,7 +103,7 @@ def out_width(N: int, pairs: bool = True) -> int:
 
 
 # The width code of rows of odd length (an odd leading dimension) that the family's cp.async configs
-# copy by rows: every other row starts 8-byte aligned and is copied 8 bytes at a time, the others 4
+# copy by rows (B's, where a config takes them: family_widths): every other row starts 8-byte aligned and is copied 8 bytes at a time, the others 4
 # (tg_async.cuh, OddRowsTile): a quarter fewer copies than 4 bytes a row.  Not a number of floats.
 ODD_ROWS = 3
 
@@ -118,13 +118,11 @@ def family_widths(layout: str, copies: bool, a: tuple, b: tuple, d: tuple | None
     register pipeline reads both along their rows.  ``d``: None when the kernel writes the split-K
     workspace, whose rows are padded to a multiple of 4 floats.  C is read 4 bytes at a time.
     ``odd_rows`` (a cp.async config whose tiles split into 8- and 4-byte copies by rows,
-    registry.family_odd_rows): an operand copied along rows of odd length is ODD_ROWS.  One number
-    when the three agree (the build every operand shares), else (A, B, D)."""
-    def along(op: tuple) -> int:
-        w = vector_width(op, pairs=True)
-        return ODD_ROWS if copies and odd_rows and w == 1 and op[1] % 2 else w
-
-    widths = (4 if copies and layout[0] == "N" else along(a),
-              4 if copies and layout[1] == "T" else along(b),
+    registry.family_odd_rows): B copied along rows of odd length is ODD_ROWS (A, as a transposed
+    view, takes them too in the kernel, but no measurement has shown that it pays there).  One
+    number when the three agree (the build every operand shares), else (A, B, D)."""
+    wb = vector_width(b, pairs=True)
+    widths = (4 if copies and layout[0] == "N" else vector_width(a, pairs=True),
+              4 if copies and layout[1] == "T" else ODD_ROWS if copies and odd_rows and wb == 1 and b[1] % 2 else wb,
               4 if d is None else vector_width(d, pairs=True))
     return widths[0] if len(set(widths)) == 1 else widths

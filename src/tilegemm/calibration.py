@@ -102,7 +102,9 @@ def load_calibration(paths) -> tuple[list[dict], dict, int, str]:
     Each row gets the access widths its operands were read and its result stored with
     (access.row_width, out_width; "width", "out_width"): files measured before the kernels took
     8-byte accesses lack ``"pairs": true``, and those measured before rows read 4 bytes at a time
-    were copied from ``access.ODD_COPY_MACS_PER_ELEMENT`` lack ``"odd_copies": true``."""
+    were copied from ``access.ODD_COPY_MACS_PER_ELEMENT`` lack ``"odd_copies": true``; those measured
+    before the builds of ``model.ODD_ROWS_BUILDS`` read rows of odd length by rows lack
+    ``"odd_rows": true``, and their rows keep width 1 (``model.read_width``)."""
     rows, per_sm, sms, gpu = [], {}, None, None
     for p in paths:
         d = _read(p, gpu)
@@ -114,7 +116,8 @@ def load_calibration(paths) -> tuple[list[dict], dict, int, str]:
                 offered[key] = {n for n, _ in model.candidates(*key, d["sms"], builds)}
             if model.current(r["candidate"], r["config"]) and r["candidate"] in offered[key]:
                 pairs = bool(d.get("pairs"))
-                rows.append({**r, "width": access.row_width(r["layout"], *key, pairs=pairs, odd=bool(d.get("odd_copies"))),
+                width = access.row_width(r["layout"], *key, pairs=pairs, odd=bool(d.get("odd_copies")))
+                rows.append({**r, "width": model.read_width(r["candidate"], width) if d.get("odd_rows") else width,
                              "out_width": access.out_width(r["N"], pairs=pairs)})
         per_sm.update({model.build(name): n for name, n in d["blocks_per_sm"].items()
                        if model.current(name, d["configs"][name])})

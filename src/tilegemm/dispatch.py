@@ -17,7 +17,7 @@ import dataclasses
 
 import numpy as np
 
-from . import gpu, hopper, registry
+from . import gpu, hopper, model, registry
 from .arrays import UNKNOWN, Operand, describe
 from .launch import (GEMM, RUNG, WGMMA, A, B, C, D, W, Program, Step, launcher, wgmma_launcher,
                      wgmma_tf32_launcher)
@@ -26,7 +26,6 @@ from .plan import GRID_Z, Plan, plan
 from .steps import pack_step, reduce_step, tf32_step, tma_step, transpose_step
 
 FAMILY = registry.FAMILY.name
-ODD_ROWS = True  # rows of odd length copied 8 bytes at a time every other row (access.ODD_ROWS)
 _ext_streams: dict[tuple, object] = {}
 
 
@@ -292,8 +291,9 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
     for i in (0, 1):
         if copied[i]:
             ops[i] = (0, aligned_cols(views[i][1]), 0)  # the copy: aligned rows
+    params = registry.FAMILY.params(cfg)
     vec = family_widths(g.layout, cp_async, ops[0], ops[1], None if sk == 0 and splits > 1 else (at[D], g.ldd, sd),
-                        ODD_ROWS and registry.family_odd_rows(registry.FAMILY.params(cfg)))
+                        registry.family_odd_rows(params) and model.odd_rows(params))
     lda, ldb = ops[0][1], ops[1][1]
     fn = launcher(FAMILY, g.layout, vec, device, tuple(sorted(cfg.items())), (lda, ldb))
     bm, bn = fn.spec.tile(fn.params)

@@ -80,7 +80,15 @@ SMALL_MACS = 1024**3  # the bench draw's smallest product (suites.DRAW), the sma
 # The share of the narrow-access costs ``u`` and ``l`` paid at each width (access.row_width): 8-byte accesses
 # recovered 49% of the log-time gap between 4- and 16-byte ones on two probes of 20 and 16 shapes
 # (docs/perf-notes.md, "8-byte accesses"), so they pay half.
-NARROW_SHARE = {4: 0.0, 2: 0.5, 1: 1.0}
+# Rows of odd length read by rows (access.ODD_ROWS, every other row 8 bytes at a time) take 3/4 of the
+# 4-byte copies, and 2/3 of the gap to 16-byte ones by that count (a pair of rows: 1.5 COLS copies
+# against 2 and 0.5); measured on 14 shapes of seed 465, 0.65-0.79 of it in the builds below.
+NARROW_SHARE = {4: 0.0, 2: 0.5, access.ODD_ROWS: 0.7, 1: 1.0}
+# The builds that read rows of odd length by rows; the others read them 4 bytes at a time.  On that
+# probe the others ran level or slower by rows: 256 x 128 by 1%, 64 x 64f stream-K by 1% (0.90-1.16x),
+# 64 x 128 summed by 10%, with the same instruction counts in the K loop and another schedule of its
+# copies (docs/perf-notes.md).
+ODD_ROWS_BUILDS = ("128x128", "128x128 stream-K", "128x128 summed", "64x64f", "64x64f summed", "64x64s")
 
 
 def set_for(table: dict, M: int, N: int, K: int, count: int, layout: str = "NN") -> dict:
@@ -146,6 +154,23 @@ def build(name: str) -> str:
     return f"{tile} stream-K" if name.endswith("stream-K") else f"{tile} summed" if name.endswith("summed") else tile
 
 
+def read_width(name: str, width: int) -> int:
+    """The width with which candidate ``name`` reads operands whose rows are ``width`` floats wide at
+    best (access.row_width): rows of odd length (1) by rows in ODD_ROWS_BUILDS."""
+    return access.ODD_ROWS if width == 1 and build(name) in ODD_ROWS_BUILDS else width
+
+
+def odd_rows(params: dict) -> bool:
+    """Whether the family config ``params`` (every parameter given) is a candidate's whose build reads
+    rows of odd length by rows (ODD_ROWS_BUILDS); any other config reads them 4 bytes at a time."""
+    sk = params.get("sk", 0)
+    for name, tile in TILES.items():
+        if all(params.get(k) == v for k, v in tile.items()) and params.get("ks", 1) == tile.get("ks", 1):
+            kind = " stream-K" if sk == 1 else " summed" if sk == 2 else ""
+            return params.get("mma", 0) == 0 and f"{name}{kind}" in ODD_ROWS_BUILDS
+    return False
+
+
 def current(name: str, cfg: dict) -> bool:
     """Whether ``cfg`` (a calibration row's config) is the tile config that candidate ``name`` runs
     now: rows measured with an earlier config of a tile are left out of the fit."""
@@ -209,7 +234,8 @@ def ranked(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int,
     """Every candidate with a build in ``per_sm`` (blocks per SM by build, ``build``) and its tile's
     constants in ``c`` as (name, config, predicted microseconds), the fastest first; the operands
     and the result taken as contiguous arrays of ``layout`` (their rows' alignment follows from the
-    shape), unless ``width`` and ``out_width`` give the access widths (access.row_width, out_width).
+    shape), unless ``width`` and ``out_width`` give the access widths (access.row_width, out_width);
+    each candidate reads at ``read_width``.
     ``near``: the set's calibration residuals (residuals.py); a single product's predictions in
     RESIDUALS_LAYOUT are corrected by them (the main set's calibrations time single NN products;
     another layout copies other operands another way, and no calibration measured the correction there)."""
@@ -217,9 +243,12 @@ def ranked(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int,
     out_width = access.out_width(N) if out_width is None else out_width
     cands = [(name, cfg) for name, cfg in candidates(M, N, K, count, sms, per_sm)
              if build(name) in per_sm and f"{name.split()[0]}.f" in c]
-    corr = (residuals.corrections(near, M, N, K, width, [n for n, _ in cands])
-            if count == 1 and layout == RESIDUALS_LAYOUT else {})
-    out = [(name, cfg, predict(c, name, cfg, M, N, K, count, per_sm[build(name)], sms, width, out_width)
+    widths = {name: read_width(name, width) for name, _ in cands}
+    corr = {}
+    if count == 1 and layout == RESIDUALS_LAYOUT:
+        for w in set(widths.values()):
+            corr.update(residuals.corrections(near, M, N, K, w, [n for n, _ in cands if widths[n] == w]))
+    out = [(name, cfg, predict(c, name, cfg, M, N, K, count, per_sm[build(name)], sms, widths[name], out_width)
             * math.exp(corr.get(name, 0.0))) for name, cfg in cands]
     return sorted(out, key=lambda x: x[2])
 

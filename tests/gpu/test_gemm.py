@@ -580,3 +580,38 @@ def test_results_with_rows_4_bytes_off(cp, tile):
         ref = cp.asarray(a, np.float64) @ cp.asarray(b, np.float64)
         err = float(cp.linalg.norm(out.astype(np.float64) - ref) / cp.linalg.norm(ref))
         assert err < TOL, (tile, M, N, K, layout, off, err)
+
+
+@pytest.mark.parametrize("build", model.ODD_ROWS_BUILDS)
+def test_rows_of_odd_length_read_by_rows(cp, build, monkeypatch):
+    """The builds that read rows of odd length by rows (access.ODD_ROWS): B (in NN and TN) with an
+    odd leading dimension, edges, a partial first k tile, split counts, a batch whose odd batch
+    stride moves which rows start 8-byte aligned, and a view one float in; against float64 with
+    NaN-poisoned outputs, and checked to take width ODD_ROWS."""
+    tile, kind = build.split()[0], build.split()[1] if " " in build else ""
+    sk = {"": 0, "stream-K": 1, "summed": 2}[kind]
+    seen = []
+    real = launch.launcher
+    monkeypatch.setattr("tilegemm.dispatch.launcher", lambda *a, **k: seen.append(a[2]) or real(*a, **k))
+    tilegemm.clear_caches()
+    rng = cp.random.default_rng(17)
+    for layout, M, N, K, splits in (("NN", 70, 131, 93, 1), ("NN", 65, 257, 1000, 3), ("TN", 131, 71, 93, 1),
+                                    ("TN", 257, 33, 600, 2)):
+        cfg = {**model.TILES[tile], "sk": sk, "splits": 1 if sk == 1 else splits}
+        a = rng.standard_normal((M, K), dtype=np.float32) if layout[0] == "N" else \
+            rng.standard_normal((K, M), dtype=np.float32).T
+        for off in (0, 1):  # B a view one float in: the other half of its rows starts 8-byte aligned
+            b = rng.standard_normal(K * N + off, dtype=np.float32)[off:].reshape(K, N)
+            out = cp.full((M, N), np.nan, np.float32)
+            del seen[:]
+            tilegemm.matmul(a, b, out=out, config=cfg)
+            ref = cp.asarray(a, np.float64) @ cp.asarray(b, np.float64)
+            err = float(cp.linalg.norm(out.astype(np.float64) - ref) / cp.linalg.norm(ref))
+            assert err < TOL, (build, layout, M, N, K, off, err)
+            assert access.ODD_ROWS in (seen[-1] if isinstance(seen[-1], tuple) else (seen[-1],)), seen
+    batch = rng.standard_normal(3 * 77 * 131 + 1, dtype=np.float32)[1:].reshape(3, 77, 131)
+    a3 = rng.standard_normal((3, 50, 77), dtype=np.float32)
+    out = tilegemm.matmul(a3, batch, config={**model.TILES[tile], "sk": sk, "splits": 1})
+    ref = cp.matmul(a3.astype(np.float64), batch.astype(np.float64))
+    assert float(cp.linalg.norm(out - ref) / cp.linalg.norm(ref)) < TOL
+    tilegemm.clear_caches()

@@ -503,10 +503,11 @@ def test_odd_rows_builds_copy_fewer_times_at_the_same_occupancy(build):
     tile, kind = build.split()[0], build.split()[1] if " " in build else ""
     cfg = {**model.TILES[tile], "sk": {"": 0, "stream-K": 1, "summed": 2}[kind]}
     p = F.params(cfg)
-    assert registry.family_odd_rows(p) and model.odd_rows(p)
+    q = model.odd_rows(p)  # the variant's parameters (its minb may differ: model.ODD_ROWS_MINB)
+    assert q is not None and registry.family_odd_rows(q)
     threads = registry.family_threads(p)
     for layout, narrow, odd in (("NN", (4, 1, 4), (4, 3, 4)),):
-        ks = {w: F.compile(cfg, layout, arch="sm_90", vec=w) for w in (narrow, odd)}
+        ks = {narrow: F.compile(p, layout, arch="sm_90", vec=narrow), odd: F.compile(q, layout, arch="sm_90", vec=odd)}
         loops = {w: sass.inspect(sass.disassemble(k.cubin)).mix for w, k in ks.items()}
         copies = {w: {op: n for op, n in m.items() if op.startswith("LDGSTS")} for w, m in loops.items()}
         assert copies[odd].get("LDGSTS.64", 0) > 0 and "LDGSTS.64" not in copies[narrow]

@@ -331,10 +331,13 @@ def test_odd_rows_by_build():
     assert on == {b.split()[0] for b in model.ODD_ROWS_BUILDS}
     assert all(registry.family_odd_rows(F.params(cfg)) for cfg in model.TILES.values())
     assert not registry.family_odd_rows(F.params({**model.TILES["128x128"], "stages": 0}))
-    assert not model.odd_rows(F.params({**model.TILES["64x64f"], "sk": 1}))  # not in the list
+    assert not model.odd_rows(F.params({**model.TILES["256x128"], "sk": 1}))  # not in the list
+    sk = F.params({**model.TILES["64x64f"], "sk": 1})
+    assert model.odd_rows(sk) == {**sk, "minb": model.ODD_ROWS_MINB["64x64f stream-K"]}  # keeps its blocks an SM
+    assert model.odd_rows(F.params(model.TILES["64x64f"])) == F.params(model.TILES["64x64f"])
     assert not model.odd_rows(F.params({**model.TILES["128x128"], "tm": 8, "ln": 4, "minb": 1}))  # no candidate's
     assert model.read_width("128x128 split8 summed", 1) == access.ODD_ROWS
-    assert model.read_width("64x64f stream-K", 1) == 1 and model.read_width("128x128", 2) == 2
+    assert model.read_width("256x128 stream-K", 1) == 1 and model.read_width("128x128", 2) == 2
     assert 0.5 < model.NARROW_SHARE[access.ODD_ROWS] < 1.0
     c = {f"128x128.{k}": v for k, v in dict(f=5.0, a=1.0, b=0.5, u=0.4, l=0.2, v=0.0).items()}
     c.update(red0=3.0, red1=0.004, hand=5.0, summed=2.0, launch=3.0)

@@ -21,7 +21,7 @@ from . import gpu, hopper, model, registry
 from .arrays import UNKNOWN, Operand, describe
 from .launch import (GEMM, RUNG, WGMMA, A, B, C, D, W, Program, Step, launcher, wgmma_launcher,
                      wgmma_tf32_launcher)
-from .access import aligned_cols, copy_floats, family_copies, family_widths, stored_views, vector_width
+from .access import ODD_ROWS, aligned_cols, copy_floats, family_copies, family_widths, stored_views, vector_width
 from .plan import GRID_Z, Plan, plan
 from .steps import pack_step, reduce_step, tf32_step, tma_step, transpose_step
 
@@ -291,9 +291,11 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
     for i in (0, 1):
         if copied[i]:
             ops[i] = (0, aligned_cols(views[i][1]), 0)  # the copy: aligned rows
-    params = registry.FAMILY.params(cfg)
+    odd = model.odd_rows(registry.FAMILY.params(cfg))  # the parameters with which it reads B's rows of odd length by rows
     vec = family_widths(g.layout, cp_async, ops[0], ops[1], None if sk == 0 and splits > 1 else (at[D], g.ldd, sd),
-                        registry.family_odd_rows(params) and model.odd_rows(params))
+                        odd is not None and registry.family_odd_rows(odd))
+    if odd is not None and isinstance(vec, tuple) and vec[1] == ODD_ROWS:
+        cfg = {k: v for k, v in odd.items() if k != "splits"}
     lda, ldb = ops[0][1], ops[1][1]
     fn = launcher(FAMILY, g.layout, vec, device, tuple(sorted(cfg.items())), (lda, ldb))
     bm, bn = fn.spec.tile(fn.params)

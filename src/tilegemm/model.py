@@ -85,10 +85,12 @@ SMALL_MACS = 1024**3  # the bench draw's smallest product (suites.DRAW), the sma
 # against 2 and 0.5); measured on 14 shapes of seed 465, 0.65-0.79 of it in the builds below.
 NARROW_SHARE = {4: 0.0, 2: 0.5, access.ODD_ROWS: 0.7, 1: 1.0}
 # The builds that read rows of odd length by rows; the others read them 4 bytes at a time.  On that
-# probe the others ran level or slower by rows: 256 x 128 by 1%, 64 x 64f stream-K by 1% (0.90-1.16x),
-# 64 x 128 summed by 10%, with the same instruction counts in the K loop and another schedule of its
-# copies (docs/perf-notes.md).
-ODD_ROWS_BUILDS = ("128x128", "128x128 stream-K", "128x128 summed", "64x64f", "64x64f summed", "64x64s")
+# probe the others ran level or slower by rows: 256 x 128 by 1%, 64 x 128 summed by 10%, with the
+# same instruction counts in the K loop and another schedule of its copies; 64 x 64f stream-K by 1%
+# (0.90-1.16x) with a block an SM less, and 1.5% faster on 19 timings with it kept (ODD_ROWS_MINB;
+# docs/perf-notes.md).
+ODD_ROWS_BUILDS = ("128x128", "128x128 stream-K", "128x128 summed", "64x64f", "64x64f stream-K", "64x64f summed",
+                   "64x64s")
 
 
 def set_for(table: dict, M: int, N: int, K: int, count: int, layout: str = "NN") -> dict:
@@ -160,15 +162,25 @@ def read_width(name: str, width: int) -> int:
     return access.ODD_ROWS if width == 1 and build(name) in ODD_ROWS_BUILDS else width
 
 
-def odd_rows(params: dict) -> bool:
-    """Whether the family config ``params`` (every parameter given) is a candidate's whose build reads
-    rows of odd length by rows (ODD_ROWS_BUILDS); any other config reads them 4 bytes at a time."""
+# The blocks an SM asked of ptxas (minb) by a build's variant that reads rows of odd length by rows,
+# where the tile's own minb leaves ptxas free to take more registers than the 4-byte build and lose
+# a block an SM: 64 x 64f stream-K took 183 registers (5 blocks of 64 threads) against 168 (6);
+# at minb 5 it takes 156 (6).  The model's blocks per SM are the build's, so the variant keeps them.
+ODD_ROWS_MINB = {"64x64f stream-K": 5}
+
+
+def odd_rows(params: dict) -> dict | None:
+    """The parameters with which the family config ``params`` (every parameter given) reads rows of
+    odd length by rows: ``params`` (minb from ODD_ROWS_MINB where it names the build) where it is a
+    candidate's whose build is in ODD_ROWS_BUILDS, else None (it reads them 4 bytes at a time)."""
     sk = params.get("sk", 0)
     for name, tile in TILES.items():
         if all(params.get(k) == v for k, v in tile.items()) and params.get("ks", 1) == tile.get("ks", 1):
-            kind = " stream-K" if sk == 1 else " summed" if sk == 2 else ""
-            return params.get("mma", 0) == 0 and f"{name}{kind}" in ODD_ROWS_BUILDS
-    return False
+            b = name + (" stream-K" if sk == 1 else " summed" if sk == 2 else "")
+            if params.get("mma", 0) or b not in ODD_ROWS_BUILDS:
+                return None
+            return {**params, "minb": ODD_ROWS_MINB.get(b, params["minb"])}
+    return None
 
 
 def current(name: str, cfg: dict) -> bool:

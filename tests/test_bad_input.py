@@ -247,7 +247,7 @@ NOT_IN_THE_TABLE = {
                                  "time (test_arrays_on_different_devices plans such operands directly)",
     "(Hopper: wgmma and TMA), not": "the arch a kernel is built for: the GPU's, not an argument",
     "layout must be one of": "kernel build options, set by the call path, not by a caller",
-    "vec must be 4, 2 or 1, or one of those per operand (A, B, D), got": "kernel build options, as above",
+    "vec must be 4, 2 or 1, or one of those per operand (A, B, D)": "kernel build options, as above",
 }
 
 

@@ -474,6 +474,9 @@ def test_per_operand_widths_build_what_each_operand_allows():
     for bad in ((4, 4, 3), (3, 3, 3), (4, 4), 8):
         with pytest.raises(ValueError, match="vec must be"):
             F.defines(p, "NN", bad)
+    rung = registry.get("08_hopper")  # the rungs' copies take no rows by rows
+    with pytest.raises(ValueError, match="vec must be"):
+        rung.defines(rung.params(), "NN", (4, 3, 4))
     # B 4 bytes wide, D 16: the K loop copies B with LDGSTS.32 only, the epilogue stores float4s
     cfg = {"bm": 128, "bn": 64, "tm": 8, "tn": 8, "ln": 8, "minb": 0, "bk": 8, "swizzle": 8, "stages": 3}
     ops = {w: sass.opcode_counts(sass.disassemble(F.compile(cfg, "NN", arch="sm_90", vec=w).cubin))
@@ -515,3 +518,6 @@ def test_odd_rows_builds_copy_fewer_times_at_the_same_occupancy(build):
         assert sum(copies[narrow].values()) - sum(copies[odd].values()) == rows // 4, (layout, copies)
         blocks = {w: min(64 * 1024 // (-(-k.resources.registers // 8) * 8 * threads), 32) for w, k in ks.items()}
         assert ks[odd].resources.spills == 0 and blocks[odd] >= blocks[narrow], (layout, blocks)
+    # A's rows of odd length (TN) take the same copies in the kernel (not switched on by the host)
+    k = F.compile(q, "TN", arch="sm_90", vec=(3, 4, 4))
+    assert k.resources.spills == 0 and "LDGSTS.64" in sass.inspect(sass.disassemble(k.cubin)).mix

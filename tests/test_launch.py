@@ -258,6 +258,12 @@ def test_unaligned_operands_take_narrow_accesses_for_themselves_only(stubs):
     assert _built_widths(stubs, b=(64, 63), out=(64, 63)) == (4, access.ODD_ROWS, 1)
     assert _built_widths(stubs, b=(64, 63), out=(64, 63), config={**HUGE, "splits": 1}) == (4, 1, 1)
     assert _built_widths(stubs, b=(64, 62), out=(64, 62)) == (4, 2, 2)
+    # 64x64f stream-K reads them by rows at its own minb (model.ODD_ROWS_MINB), the 4-byte build at the tile's
+    sk = {"bm": 64, "bn": 64, "tm": 8, "tn": 8, "ln": 8, "minb": 4, "bk": 8, "swizzle": 8, "stages": 3, "sk": 1}
+    assert _built_widths(stubs, a=(64, 4000), b=(4000, 63), out=(64, 63), config={**sk, "splits": 1}) == (4, 3, 1)
+    assert stubs.built[-1][3]["minb"] == 5
+    assert _built_widths(stubs, a=(64, 4000), b=(4000, 64), out=(64, 64), config={**sk, "splits": 1}) == 4
+    assert stubs.built[-1][3]["minb"] == 4
     # the register pipeline reads A along its rows 16 bytes at a time where it can
     assert _built_widths(stubs, pa=PA + 4, config={**BIG, "stages": 0, "splits": 1}) == (1, 4, 4)
     assert _built_widths(stubs, pa=PA + 4, pb=PB + 4, pd=PD + 4, config={**BIG, "stages": 0, "splits": 1}) == 1

@@ -231,8 +231,9 @@ def test_narrow_reads_charge_latency_and_throughput_apart(fitted):
 
 def test_calibrations_with_odd_rows_label_the_builds_that_read_them(fitted, tmp_path):
     """A calibration measured after the builds of model.ODD_ROWS_BUILDS read rows of odd length by
-    rows says so (``"odd_rows": true``): its rows of those builds on such shapes get width ODD_ROWS,
-    the rest keep theirs; files without it keep width 1 (they were measured 4 bytes at a time)."""
+    rows says so (``"odd_rows": true``): its rows of those builds on such shapes were read at width
+    ODD_ROWS ("read", what the fit charges), the rest as their shape allows; files without it were
+    read 4 bytes at a time.  "width" (the shape's, which groups a shape's rows) is the same."""
     path = ROOT / "benchmarks" / "results" / "experiments" / fitted["fitted_on"][-1]
     doc = json.loads(path.read_text())
     marked = tmp_path / path.name
@@ -243,6 +244,6 @@ def test_calibrations_with_odd_rows_label_the_builds_that_read_them(fitted, tmp_
     changed = 0
     for b, a in zip(before, after):
         on = b["width"] == 1 and model.build(b["candidate"]) in model.ODD_ROWS_BUILDS
-        assert a["width"] == (access.ODD_ROWS if on else b["width"]), b["candidate"]
+        assert b["read"] == b["width"] == a["width"] and a["read"] == (access.ODD_ROWS if on else b["width"])
         changed += on
     assert changed > 0

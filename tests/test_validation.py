@@ -327,8 +327,10 @@ def test_odd_rows_by_build():
     """The builds of model.ODD_ROWS_BUILDS read rows of odd length by rows, and the model charges them
     NARROW_SHARE[ODD_ROWS] of the narrow reads' cost; the others 4 bytes at a time, charged in full."""
     F = registry.FAMILY
-    on = {name for name, cfg in model.TILES.items() for sk in (0, 1, 2) if model.odd_rows(F.params({**cfg, "sk": sk}))}
-    assert on == {b.split()[0] for b in model.ODD_ROWS_BUILDS}
+    kinds = {0: "", 1: " stream-K", 2: " summed"}
+    on = {name + kinds[sk] for name, cfg in model.TILES.items() for sk in (0, 1, 2)
+          if model.odd_rows(F.params({**cfg, "sk": sk}))}
+    assert on == set(model.ODD_ROWS_BUILDS)
     assert all(registry.family_odd_rows(F.params(cfg)) for cfg in model.TILES.values())
     assert not registry.family_odd_rows(F.params({**model.TILES["128x128"], "stages": 0}))
     assert not model.odd_rows(F.params({**model.TILES["256x128"], "sk": 1}))  # not in the list
@@ -338,6 +340,11 @@ def test_odd_rows_by_build():
     assert not model.odd_rows(F.params({**model.TILES["128x128"], "tm": 8, "ln": 4, "minb": 1}))  # no candidate's
     assert model.read_width("128x128 split8 summed", 1) == access.ODD_ROWS
     assert model.read_width("256x128 stream-K", 1) == 1 and model.read_width("128x128", 2) == 2
+    assert model.read_width("128x128", 1, a_width=1) == 1  # A's rows (TN) are read 4 bytes at a time
+    assert model.read_width("128x128", 1, a_width=2) == access.ODD_ROWS  # the costlier of the two
+    assert model.read_width("128x128", 4, a_width=2) == 2
+    assert access.row_widths("TN", 1001, 1000, 64) == (1, 4) and access.row_widths("NN", 1000, 1001, 64) == (4, 1)
+    assert access.row_widths("NT", 1001, 1001, 64) == (4, 4)
     assert 0.5 < model.NARROW_SHARE[access.ODD_ROWS] < 1.0
     c = {f"128x128.{k}": v for k, v in dict(f=5.0, a=1.0, b=0.5, u=0.4, l=0.2, v=0.0).items()}
     c.update(red0=3.0, red1=0.004, hand=5.0, summed=2.0, launch=3.0)
@@ -347,6 +354,9 @@ def test_odd_rows_by_build():
     ranked = {n: p for n, _, p in model.ranked(c, {"128x128": 2}, 500, 1001, 8000, 1, 132)}
     assert ranked["128x128"] == pytest.approx(model.predict(c, "128x128", cfg, 500, 1001, 8000, 1, 2, 132,
                                                             access.ODD_ROWS, access.out_width(1001)))
+    # TN with A's rows of odd length (M odd) and B's aligned: A read 4 bytes at a time, charged in full
+    tn = {n: p for n, _, p in model.ranked(c, {"128x128": 2}, 501, 1000, 8000, 1, 132, "TN")}
+    assert tn["128x128"] == pytest.approx(model.predict(c, "128x128", cfg, 501, 1000, 8000, 1, 2, 132, 1, 4))
 
 
 @pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])

@@ -83,16 +83,24 @@ def family_copies(layout: str, copies: bool, widths: tuple, M: int, N: int, K: i
     return tuple(bool(copies and count == 1 and along[i] and widths[i] != 4 and K > 0 and pays(i)) for i in (0, 1))
 
 
-def row_width(layout: str, M: int, N: int, K: int, count: int = 1, pairs: bool = True, odd: bool = True) -> int:
-    """The narrowest access width (floats) with which the family's cp.async configs copy an operand
+def row_widths(layout: str, M: int, N: int, K: int, count: int = 1, pairs: bool = True,
+               odd: bool = True) -> tuple[int, int]:
+    """(A's, B's) access width (floats) with which the family's cp.async configs copy each operand
     along its rows, for contiguous operands of this shape: A when a transposed view (rows of M
     floats), B as stored (rows of N); 4 where the rows are 16-byte aligned or copied into aligned
-    rows (``family_copies``, ``odd`` as there), 2 where they are 8-byte aligned (``pairs``: the
-    kernels take 8-byte accesses), else 1.  What the cost model charges for (model.NARROW_SHARE)."""
+    rows (``family_copies``, ``odd`` as there) or the operand is copied across its rows, 2 where
+    they are 8-byte aligned (``pairs``: the kernels take 8-byte accesses), else 1."""
     along = ((layout[0] == "T", M), (layout[1] == "N", N))
     widths = [vector_width((0, n), pairs=pairs) for _, n in along]  # contiguous: 256-byte aligned, rows of n
     copied = family_copies(layout, True, tuple(widths), M, N, K, count, odd)
-    return min((4 if copy else w for (is_along, _), w, copy in zip(along, widths, copied) if is_along), default=4)
+    a, b = (4 if copy or not is_along else w for (is_along, _), w, copy in zip(along, widths, copied))
+    return a, b
+
+
+def row_width(layout: str, M: int, N: int, K: int, count: int = 1, pairs: bool = True, odd: bool = True) -> int:
+    """The narrower of ``row_widths``: what the cost model charges for (model.NARROW_SHARE), before
+    the builds that read B's rows of odd length by rows (model.read_width)."""
+    return min(row_widths(layout, M, N, K, count, pairs, odd))
 
 
 def out_width(N: int, pairs: bool = True) -> int:
@@ -104,7 +112,8 @@ def out_width(N: int, pairs: bool = True) -> int:
 
 # The width code of rows of odd length (an odd leading dimension) that the family's cp.async configs
 # copy by rows (B's, where a config takes them: family_widths): every other row starts 8-byte aligned and is copied 8 bytes at a time, the others 4
-# (tg_async.cuh, OddRowsTile): a quarter fewer copies than 4 bytes a row.  Not a number of floats.
+# (tg_async.cuh, OddRowsTile): a quarter fewer copies than 4 bytes a row.  Not a number of floats
+# (3 = 2 + 1: the two widths).
 ODD_ROWS = 3
 
 

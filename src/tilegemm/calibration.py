@@ -58,7 +58,7 @@ def fit(rows: list[dict], per_sm: dict, sms: int, iterations: int = 60) -> tuple
         with np.errstate(over="ignore", invalid="ignore"):  # a trial step may overflow; its error is then rejected
             c = dict(zip(names, np.exp(v)))
             return np.log([model.predict(c, r["candidate"], r["config"], r["M"], r["N"], r["K"], r["batch"],
-                                   per_sm[model.build(r["candidate"])], sms, r["width"], r["out_width"])
+                                   per_sm[model.build(r["candidate"])], sms, r["read"], r["out_width"])
                            for r in rows]) - y
 
     lam, res = 1e-2, residuals(x)
@@ -89,9 +89,9 @@ def residual_rows(rows: list[dict], c: dict, per_sm: dict, sms: int) -> dict:
     for r in rows:
         if r.get("ms") and r["batch"] == 1 and model.build(r["candidate"]) in per_sm:
             t = model.predict(c, r["candidate"], r["config"], r["M"], r["N"], r["K"], 1,
-                              per_sm[model.build(r["candidate"])], sms, r["width"], r["out_width"])
+                              per_sm[model.build(r["candidate"])], sms, r["read"], r["out_width"])
             out.setdefault(r["candidate"], []).append(
-                residuals.row(r["M"], r["N"], r["K"], r["width"], math.log(1e3 * r["ms"] / t)))
+                residuals.row(r["M"], r["N"], r["K"], r["read"], math.log(1e3 * r["ms"] / t)))
     return out
 
 
@@ -99,12 +99,13 @@ def load_calibration(paths) -> tuple[list[dict], dict, int, str]:
     """(rows, blocks per SM by build (model.build), SMs, GPU name) of calibration files of one GPU;
     rows of tile configs the model no longer runs (``model.current``) or no longer offers for the
     row's shape (``model.candidates``) are left out, and the blocks per SM of builds no row is left of.
-    Each row gets the access widths its operands were read and its result stored with
-    (access.row_width, out_width; "width", "out_width"): files measured before the kernels took
+    Each row gets the access widths its operands allow and its result was stored with
+    (access.row_width, out_width; "width", "out_width") and the width its candidate read with, as the
+    model charges it ("read", model.read_width): files measured before the kernels took
     8-byte accesses lack ``"pairs": true``, and those measured before rows read 4 bytes at a time
     were copied from ``access.ODD_COPY_MACS_PER_ELEMENT`` lack ``"odd_copies": true``; those measured
     before the builds of ``model.ODD_ROWS_BUILDS`` read rows of odd length by rows lack
-    ``"odd_rows": true``, and their rows keep width 1 (``model.read_width``)."""
+    ``"odd_rows": true``, and their rows were read at width 1."""
     rows, per_sm, sms, gpu = [], {}, None, None
     for p in paths:
         d = _read(p, gpu)
@@ -116,9 +117,9 @@ def load_calibration(paths) -> tuple[list[dict], dict, int, str]:
                 offered[key] = {n for n, _ in model.candidates(*key, d["sms"], builds)}
             if model.current(r["candidate"], r["config"]) and r["candidate"] in offered[key]:
                 pairs = bool(d.get("pairs"))
-                width = access.row_width(r["layout"], *key, pairs=pairs, odd=bool(d.get("odd_copies")))
-                rows.append({**r, "width": model.read_width(r["candidate"], width) if d.get("odd_rows") else width,
-                             "out_width": access.out_width(r["N"], pairs=pairs)})
+                a, b = access.row_widths(r["layout"], *key, pairs=pairs, odd=bool(d.get("odd_copies")))
+                rows.append({**r, "width": min(a, b), "out_width": access.out_width(r["N"], pairs=pairs),
+                             "read": model.read_width(r["candidate"], b, a) if d.get("odd_rows") else min(a, b)})
         per_sm.update({model.build(name): n for name, n in d["blocks_per_sm"].items()
                        if model.current(name, d["configs"][name])})
         sms, gpu = d["sms"], d["gpu"]

@@ -36,7 +36,8 @@ class KernelSpec:
     smem: Callable[[dict], int] = lambda p: 0  # dynamic shared memory per block, bytes
     constraints: tuple[Constraint, ...] = ()
     vec: bool = False  # takes TG_VEC: 4 = 16-byte loads/stores (aligned operands), 2 = 8-byte, 1 = 4-byte;
-    # compile's vec may also give one width per operand, (A, B, D); A's and B's may be 3 (access.ODD_ROWS)
+    # compile's vec may also give one width per operand, (A, B, D)
+    odd_rows: bool = False  # A's and B's width may also be 3 (access.ODD_ROWS: tg_async.cuh's OddRowsTile)
     linear_grid: bool = False  # 1-D grid of all tiles (the kernel maps block index -> tile)
     entry: str = "tilegemm_kernel"
     source: str = ""  # the document and section it follows (docs/sources.md)
@@ -106,9 +107,10 @@ class KernelSpec:
         d["TG_TRANS_B"] = int(layout[1] == "T")
         if self.vec:
             widths = (vec,) * 3 if isinstance(vec, int) else tuple(vec)
-            if len(widths) != 3 or any(w not in (1, 2, 4, 3 if i < 2 else 1) for i, w in enumerate(widths)):
-                raise ValueError(f"vec must be 4, 2 or 1, or one of those per operand (A, B, D), A and B also 3 "
-                                 f"(rows of odd length), got {vec!r}")
+            odd = 3 if self.odd_rows else 1  # rows of odd length by rows (access.ODD_ROWS): A and B
+            also = " (A and B also 3: rows of odd length)" if self.odd_rows else ""
+            if len(widths) != 3 or any(w not in (1, 2, 4, odd if i < 2 else 1) for i, w in enumerate(widths)):
+                raise ValueError(f"vec must be 4, 2 or 1, or one of those per operand (A, B, D){also}, got {vec!r}")
             if len(set(widths)) == 1:
                 d["TG_VEC"] = widths[0]
             else:  # per operand (tg_common.cuh)

@@ -156,10 +156,13 @@ def build(name: str) -> str:
     return f"{tile} stream-K" if name.endswith("stream-K") else f"{tile} summed" if name.endswith("summed") else tile
 
 
-def read_width(name: str, width: int) -> int:
-    """The width with which candidate ``name`` reads operands whose rows are ``width`` floats wide at
-    best (access.row_width): rows of odd length (1) by rows in ODD_ROWS_BUILDS."""
-    return access.ODD_ROWS if width == 1 and build(name) in ODD_ROWS_BUILDS else width
+def read_width(name: str, width: int, a_width: int = 4) -> int:
+    """The access width candidate ``name`` is charged for (NARROW_SHARE) when B's rows are ``width``
+    floats wide at best and A's ``a_width`` (access.row_widths; A is copied along its rows only as a
+    transposed view): B's rows of odd length (1) are read by rows in ODD_ROWS_BUILDS, A's never; the
+    costlier of the two."""
+    b = access.ODD_ROWS if width == 1 and build(name) in ODD_ROWS_BUILDS else width
+    return max((a_width, b), key=NARROW_SHARE.__getitem__)
 
 
 # The blocks an SM asked of ptxas (minb) by a build's variant that reads rows of odd length by rows,
@@ -246,16 +249,16 @@ def ranked(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int,
     """Every candidate with a build in ``per_sm`` (blocks per SM by build, ``build``) and its tile's
     constants in ``c`` as (name, config, predicted microseconds), the fastest first; the operands
     and the result taken as contiguous arrays of ``layout`` (their rows' alignment follows from the
-    shape), unless ``width`` and ``out_width`` give the access widths (access.row_width, out_width);
-    each candidate reads at ``read_width``.
+    shape), unless ``width`` (B's, A's then taken as 4: the calibrations' NN) and ``out_width`` give
+    the access widths (access.row_widths, out_width); each candidate is charged at ``read_width``.
     ``near``: the set's calibration residuals (residuals.py); a single product's predictions in
     RESIDUALS_LAYOUT are corrected by them (the main set's calibrations time single NN products;
     another layout copies other operands another way, and no calibration measured the correction there)."""
-    width = access.row_width(layout, M, N, K, count) if width is None else width
+    a_width, width = access.row_widths(layout, M, N, K, count) if width is None else (4, width)
     out_width = access.out_width(N) if out_width is None else out_width
     cands = [(name, cfg) for name, cfg in candidates(M, N, K, count, sms, per_sm)
              if build(name) in per_sm and f"{name.split()[0]}.f" in c]
-    widths = {name: read_width(name, width) for name, _ in cands}
+    widths = {name: read_width(name, width, a_width) for name, _ in cands}
     corr = {}
     if count == 1 and layout == RESIDUALS_LAYOUT:
         for w in set(widths.values()):

@@ -228,7 +228,8 @@ def family_odd_rows(p) -> bool:
     threads = family_threads(p)
     if p["stages"] < 2 or p["bk"] % 2:
         return False
-    return all((p["bk"] // 2) * (cols // v) % threads == 0 and (threads % (cols // v) == 0 or (cols // v) % threads == 0)
+    return all(cols % v == 0 and (p["bk"] // 2) * (cols // v) % threads == 0
+               and (threads % (cols // v) == 0 or (cols // v) % threads == 0)
                for cols in (p["bm"], p["bn"]) for v in (2, 1))
 
 
@@ -311,6 +312,7 @@ FAMILY = KernelSpec(
     smem=family_smem,
     constraints=FAMILY_CONSTRAINTS,
     vec=True,
+    odd_rows=True,
     linear_grid=True,
     entry="tilegemm_gemm",
     runtime=("splits",),

@@ -1,7 +1,7 @@
 """What the cost model's few constants miss, read from the calibration it was fitted to.
 
 A model table's set may keep its calibration's residuals: for every timing, the candidate, the
-shape (log2 M, N, K), the access width its operands were read with (access.row_width) and the log
+shape (log2 M, N, K), the access width its candidate read with (model.read_width) and the log
 of measured over predicted time.  The model's error is not noise: the same candidate on shapes
 within a factor of two or so is wrong the same way (a narrow B costs more at some N than the tile's
 one narrow-read constant says, a tile's waves fit worse at some sizes).  The correction is the

@@ -592,7 +592,12 @@ def test_rows_of_odd_length_read_by_rows(cp, build, monkeypatch):
     sk = {"": 0, "stream-K": 1, "summed": 2}[kind]
     seen = []
     real = launch.launcher
-    monkeypatch.setattr("tilegemm.dispatch.launcher", lambda *a, **k: seen.append(a[2]) or real(*a, **k))
+    monkeypatch.setattr("tilegemm.dispatch.launcher", lambda *a, **k: seen.append((a[2], dict(a[4]))) or real(*a, **k))
+    minb = model.ODD_ROWS_MINB.get(build, model.TILES[tile]["minb"])
+
+    def by_rows():  # the last family launch read B by rows, at the build's minb
+        vec, cfg = seen[-1]
+        return access.ODD_ROWS in (vec if isinstance(vec, tuple) else (vec,)) and cfg["minb"] == minb
     tilegemm.clear_caches()
     rng = cp.random.default_rng(17)
     for layout, M, N, K, splits in (("NN", 70, 131, 93, 1), ("NN", 65, 257, 1000, 3), ("TN", 131, 71, 93, 1),
@@ -608,10 +613,12 @@ def test_rows_of_odd_length_read_by_rows(cp, build, monkeypatch):
             ref = cp.asarray(a, np.float64) @ cp.asarray(b, np.float64)
             err = float(cp.linalg.norm(out.astype(np.float64) - ref) / cp.linalg.norm(ref))
             assert err < TOL, (build, layout, M, N, K, off, err)
-            assert access.ODD_ROWS in (seen[-1] if isinstance(seen[-1], tuple) else (seen[-1],)), seen
+            assert by_rows(), seen
     batch = rng.standard_normal(3 * 77 * 131 + 1, dtype=np.float32)[1:].reshape(3, 77, 131)
     a3 = rng.standard_normal((3, 50, 77), dtype=np.float32)
-    out = tilegemm.matmul(a3, batch, config={**model.TILES[tile], "sk": sk, "splits": 1})
+    out = cp.full((3, 50, 131), np.nan, np.float32)
+    del seen[:]
+    tilegemm.matmul(a3, batch, out=out, config={**model.TILES[tile], "sk": sk, "splits": 1})
     ref = cp.matmul(a3.astype(np.float64), batch.astype(np.float64))
-    assert float(cp.linalg.norm(out - ref) / cp.linalg.norm(ref)) < TOL
+    assert float(cp.linalg.norm(out - ref) / cp.linalg.norm(ref)) < TOL and by_rows(), seen
     tilegemm.clear_caches()

@@ -164,8 +164,8 @@ struct AsyncTile {
 // the others 4: a pair of rows in COLS/2 + COLS copies instead of 2 COLS (25% fewer), into the shared
 // tile AsyncTile fills.  Which rows start 8-byte aligned is found at run time from p.  (The
 // 16-byte aligned rows alone, one in four, would take BK/4 x COLS/4 copies, fewer than the threads of
-// every config the family runs: a copy for some threads only, whose predicate cost ptxas 14-19 more
-// registers a thread in the 64 x 128 tile.)
+// most configs the family runs: a copy for some threads only, whose predicate cost ptxas more
+// registers a thread in the 64 x 128 tile, and a block an SM.)
 
 // The rows first + 2 j (j < ROWS / 2) of a tile, V floats a copy, spread over the threads as
 // AsyncTile spreads a tile's.

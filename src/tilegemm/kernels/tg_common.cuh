@@ -32,8 +32,8 @@
 #ifndef TG_VEC_D
 #define TG_VEC_D TG_VEC
 #endif
-// The family's cp.async copies also take 3 for A or B: rows of odd length, each row copied 16, 8 or 4
-// bytes at a time as its start allows (tg_async.cuh, OddRowsTile).
+// The family's cp.async copies also take 3 for A or B: rows of odd length, the rows that start 8-byte
+// aligned copied 8 bytes at a time, the others 4 (tg_async.cuh, OddRowsTile).
 #define TG_WIDTH_OK(w) ((w) == 4 || (w) == 2 || (w) == 1)
 static_assert(TG_WIDTH_OK(TG_VEC) && TG_WIDTH_OK(TG_VEC_D) && (TG_WIDTH_OK(TG_VEC_A) || TG_VEC_A == 3) &&
               (TG_WIDTH_OK(TG_VEC_B) || TG_VEC_B == 3),

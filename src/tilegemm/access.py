@@ -111,9 +111,9 @@ def out_width(N: int, pairs: bool = True) -> int:
 
 
 # The width code of rows of odd length (an odd leading dimension) that the family's cp.async configs
-# copy by rows (B's, where a config takes them: family_widths): every other row starts 8-byte aligned and is copied 8 bytes at a time, the others 4
-# (tg_async.cuh, OddRowsTile): a quarter fewer copies than 4 bytes a row.  Not a number of floats
-# (3 = 2 + 1: the two widths).
+# copy by rows (B's, where a config takes them: family_widths): every other row starts 8-byte
+# aligned and is copied 8 bytes at a time, the others 4 (tg_async.cuh, OddRowsTile): a quarter fewer
+# copies than 4 bytes a row.  Not a number of floats (3 = 2 + 1: the two widths).
 ODD_ROWS = 3
 
 

@@ -284,14 +284,15 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
     # allows ceil(K / 4) of them; a config (named by the call, or chosen for a bucket of shapes) that
     # asks for more runs with that many, so that one config serves any K
     splits = 1 if sk == 1 else max(1, min(int(config.get("splits", 1)), -(-g.K // 4)))
-    cp_async = registry.FAMILY.params(cfg)["stages"] >= 2
+    params = registry.FAMILY.params(cfg)
+    cp_async = params["stages"] >= 2
     ops = [(at[A], g.lda, sa), (at[B], g.ldb, sb)]
     copied = family_copies(g.layout, cp_async, [vector_width(o, pairs=True) for o in ops], g.M, g.N, g.K, g.count)
     views = stored_views(g.layout, g.M, g.N, g.K)
     for i in (0, 1):
         if copied[i]:
             ops[i] = (0, aligned_cols(views[i][1]), 0)  # the copy: aligned rows
-    odd = model.odd_rows(registry.FAMILY.params(cfg))  # the parameters with which it reads B's rows of odd length by rows
+    odd = model.odd_rows(params)  # the parameters with which it reads B's rows of odd length by rows, if any
     vec = family_widths(g.layout, cp_async, ops[0], ops[1], None if sk == 0 and splits > 1 else (at[D], g.ldd, sd),
                         odd is not None and registry.family_odd_rows(odd))
     if odd is not None and isinstance(vec, tuple) and vec[1] == ODD_ROWS:

@@ -168,7 +168,9 @@ struct AsyncTile {
 // registers a thread in the 64 x 128 tile, and a block an SM.)
 
 // The rows first + 2 j (j < ROWS / 2) of a tile, V floats a copy, spread over the threads as
-// AsyncTile spreads a tile's.
+// AsyncTile spreads a tile's.  Its placement and copy loop repeat AsyncTile's for a tile of ROWS / 2
+// rows 2 LD apart; built on AsyncTile instead (a base pointer each half), every build that uses it
+// compiled to more K-loop instructions and most to more registers (sm_90), so it stays apart.
 template <int ROWS, int COLS, int THREADS, int LD, int V>
 struct RowClass {
     static constexpr int R = ROWS / 2, W = COLS / V, N = R * W / THREADS;

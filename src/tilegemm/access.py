@@ -110,15 +110,30 @@ def out_width(N: int, pairs: bool = True) -> int:
     return vector_width((0, N), pairs=pairs)
 
 
-# The width code of rows of odd length (an odd leading dimension) that the family's cp.async configs
-# copy by rows (B's, where a config takes them: family_widths): every other row starts 8-byte
-# aligned and is copied 8 bytes at a time, the others 4 (tg_async.cuh, OddRowsTile): a quarter fewer
-# copies than 4 bytes a row.  Not a number of floats (3 = 2 + 1: the two widths).
+# Width codes of rows whose starts alternate between two alignments, which the family's cp.async
+# configs copy by rows (B's, where a config takes them: family_widths): every other row is copied
+# at the wider width, the others at the narrower (tg_async.cuh, RowClassTile), a quarter fewer copies
+# than the narrower width on every row.  Not numbers of floats (3 = 2 + 1, 6 = 4 + 2: the two widths).
+# ODD_ROWS: rows of odd length (an odd leading dimension): 8 and 4 bytes.  ODD_PAIRS: rows of twice
+# an odd length (leading dimension 2 mod 4) from 8-byte aligned starts: 16 and 8 bytes.
 ODD_ROWS = 3
+ODD_PAIRS = 6
+ROW_CLASSES = {ODD_ROWS: (2, 1), ODD_PAIRS: (4, 2)}  # code: (the wider width, the narrower), floats
+
+
+def row_class(width: int, ld: int) -> int | None:
+    """The width code (ROW_CLASSES) with which rows of leading dimension ``ld`` can be copied by
+    rows, for an operand whose access width (``vector_width`` with pairs) is ``width``; None when
+    every row starts alike."""
+    if width == 1 and ld % 2:
+        return ODD_ROWS
+    if width == 2 and ld % 4 == 2:
+        return ODD_PAIRS
+    return None
 
 
 def family_widths(layout: str, copies: bool, a: tuple, b: tuple, d: tuple | None,
-                  odd_rows: bool = False) -> int | tuple[int, int, int]:
+                  classes: tuple = ()) -> int | tuple[int, int, int]:
     """The family's access width per operand (A, B, D) in floats, 4, 2 or 1 (16-, 8- or 4-byte
     accesses), each operand given as in ``vector_width``.
     ``copies``: the config copies its tiles with cp.async (stages >= 2, or the tensor cores), where an
@@ -126,12 +141,13 @@ def family_widths(layout: str, copies: bool, a: tuple, b: tuple, d: tuple | None
     bytes at a time whatever its alignment, so its width is 4 (one build for every alignment).  The
     register pipeline reads both along their rows.  ``d``: None when the kernel writes the split-K
     workspace, whose rows are padded to a multiple of 4 floats.  C is read 4 bytes at a time.
-    ``odd_rows`` (a cp.async config whose tiles split into 8- and 4-byte copies by rows,
-    registry.family_odd_rows): B copied along rows of odd length is ODD_ROWS (A, as a transposed
-    view, takes them too in the kernel, but no measurement has shown that it pays there).  One
-    number when the three agree (the build every operand shares), else (A, B, D)."""
+    ``classes``: the width codes of ROW_CLASSES the config copies by rows (a cp.async config,
+    registry.family_row_classes): B copied along rows of that class takes the code (A, as a
+    transposed view, takes them too in the kernel, but no measurement has shown that it pays there).
+    One number when the three agree (the build every operand shares), else (A, B, D)."""
     wb = vector_width(b, pairs=True)
+    by_rows = row_class(wb, b[1]) if copies and layout[1] == "N" else None
     widths = (4 if copies and layout[0] == "N" else vector_width(a, pairs=True),
-              4 if copies and layout[1] == "T" else ODD_ROWS if copies and odd_rows and wb == 1 and b[1] % 2 else wb,
+              4 if copies and layout[1] == "T" else by_rows if by_rows in classes else wb,
               4 if d is None else vector_width(d, pairs=True))
     return widths[0] if len(set(widths)) == 1 else widths

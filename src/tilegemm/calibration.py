@@ -104,12 +104,15 @@ def load_calibration(paths) -> tuple[list[dict], dict, int, str]:
     model charges it ("read", model.read_width): files measured before the kernels took
     8-byte accesses lack ``"pairs": true``, and those measured before rows read 4 bytes at a time
     were copied from ``access.ODD_COPY_MACS_PER_ELEMENT`` lack ``"odd_copies": true``; those measured
-    before the builds of ``model.ODD_ROWS_BUILDS`` read rows of odd length by rows lack
-    ``"odd_rows": true``, and their rows were read at width 1."""
+    before the builds of ``model.BY_ROWS_BUILDS`` read rows of odd length by rows lack
+    ``"odd_rows": true``, and their rows were read at width 1; those measured before they read rows
+    of twice an odd length by rows lack ``"odd_pairs": true``, and their rows were read at width 2."""
     rows, per_sm, sms, gpu = [], {}, None, None
     for p in paths:
         d = _read(p, gpu)
         offered = {}
+        classes = tuple(code for code, flag in ((access.ODD_ROWS, "odd_rows"), (access.ODD_PAIRS, "odd_pairs"))
+                        if d.get(flag))  # the classes of rows its builds read by rows
         builds = {model.build(name): n for name, n in d["blocks_per_sm"].items()}  # for the filling split counts
         for r in d["rows"]:
             key = (r["M"], r["N"], r["K"], r["batch"])
@@ -119,7 +122,7 @@ def load_calibration(paths) -> tuple[list[dict], dict, int, str]:
                 pairs = bool(d.get("pairs"))
                 a, b = access.row_widths(r["layout"], *key, pairs=pairs, odd=bool(d.get("odd_copies")))
                 rows.append({**r, "width": min(a, b), "out_width": access.out_width(r["N"], pairs=pairs),
-                             "read": model.read_width(r["candidate"], b, a) if d.get("odd_rows") else min(a, b)})
+                             "read": model.read_width(r["candidate"], b, a, classes)})
         per_sm.update({model.build(name): n for name, n in d["blocks_per_sm"].items()
                        if model.current(name, d["configs"][name])})
         sms, gpu = d["sms"], d["gpu"]

@@ -21,7 +21,7 @@ from . import gpu, hopper, model, registry
 from .arrays import UNKNOWN, Operand, describe
 from .launch import (GEMM, RUNG, WGMMA, A, B, C, D, W, Program, Step, launcher, wgmma_launcher,
                      wgmma_tf32_launcher)
-from .access import ODD_ROWS, aligned_cols, copy_floats, family_copies, family_widths, stored_views, vector_width
+from .access import ROW_CLASSES, aligned_cols, copy_floats, family_copies, family_widths, stored_views, vector_width
 from .plan import GRID_Z, Plan, plan
 from .steps import pack_step, reduce_step, tf32_step, tma_step, transpose_step
 
@@ -292,11 +292,13 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
     for i in (0, 1):
         if copied[i]:
             ops[i] = (0, aligned_cols(views[i][1]), 0)  # the copy: aligned rows
-    odd = model.odd_rows(params)  # the parameters with which it reads B's rows of odd length by rows, if any
+    # the parameters with which it reads B's rows of each class by rows, where it does (access.ROW_CLASSES)
+    by_rows = {code: q for code in ROW_CLASSES
+               if (q := model.by_rows(params, code)) is not None and code in registry.family_row_classes(q)}
     vec = family_widths(g.layout, cp_async, ops[0], ops[1], None if sk == 0 and splits > 1 else (at[D], g.ldd, sd),
-                        odd is not None and registry.family_odd_rows(odd))
-    if odd is not None and isinstance(vec, tuple) and vec[1] == ODD_ROWS:
-        cfg = {k: v for k, v in odd.items() if k != "splits"}
+                        tuple(by_rows))
+    if isinstance(vec, tuple) and vec[1] in by_rows:
+        cfg = {k: v for k, v in by_rows[vec[1]].items() if k != "splits"}
     lda, ldb = ops[0][1], ops[1][1]
     fn = launcher(FAMILY, g.layout, vec, device, tuple(sorted(cfg.items())), (lda, ldb))
     bm, bn = fn.spec.tile(fn.params)

@@ -37,7 +37,7 @@ class KernelSpec:
     constraints: tuple[Constraint, ...] = ()
     vec: bool = False  # takes TG_VEC: 4 = 16-byte loads/stores (aligned operands), 2 = 8-byte, 1 = 4-byte;
     # compile's vec may also give one width per operand, (A, B, D)
-    odd_rows: bool = False  # A's and B's width may also be 3 (access.ODD_ROWS: tg_async.cuh's OddRowsTile)
+    row_classes: bool = False  # A's and B's width may also be 3 or 6 (access.ROW_CLASSES: tg_async.cuh's RowClassTile)
     linear_grid: bool = False  # 1-D grid of all tiles (the kernel maps block index -> tile)
     entry: str = "tilegemm_kernel"
     source: str = ""  # the document and section it follows (docs/sources.md)
@@ -107,9 +107,9 @@ class KernelSpec:
         d["TG_TRANS_B"] = int(layout[1] == "T")
         if self.vec:
             widths = (vec,) * 3 if isinstance(vec, int) else tuple(vec)
-            odd = 3 if self.odd_rows else 1  # rows of odd length by rows (access.ODD_ROWS): A and B
-            also = " (A and B also 3: rows of odd length)" if self.odd_rows else ""
-            if len(widths) != 3 or any(w not in (1, 2, 4, odd if i < 2 else 1) for i, w in enumerate(widths)):
+            by_rows = (3, 6) if self.row_classes else ()  # two widths by rows (access.ROW_CLASSES): A and B
+            also = " (A and B also 3 or 6: two widths by rows)" if self.row_classes else ""
+            if len(widths) != 3 or any(w not in (1, 2, 4) + (by_rows if i < 2 else ()) for i, w in enumerate(widths)):
                 raise ValueError(f"vec must be 4, 2 or 1, or one of those per operand (A, B, D){also}, got {vec!r}")
             if len(set(widths)) == 1:
                 d["TG_VEC"] = widths[0]

@@ -80,18 +80,24 @@ SMALL_MACS = 1024**3  # the bench draw's smallest product (suites.DRAW), the sma
 # The share of the narrow-access costs ``u`` and ``l`` paid at each width (access.row_width): 8-byte accesses
 # recovered 49% of the log-time gap between 4- and 16-byte ones on two probes of 20 and 16 shapes
 # (docs/perf-notes.md, "8-byte accesses"), so they pay half.
-# Rows of odd length read by rows (access.ODD_ROWS, every other row 8 bytes at a time) take 3/4 of the
-# 4-byte copies, and 2/3 of the gap to 16-byte ones by that count (a pair of rows: 1.5 COLS copies
-# against 2 and 0.5); measured on 14 shapes of seed 465, 0.65-0.79 of it in the builds below.
-NARROW_SHARE = {4: 0.0, 2: 0.5, access.ODD_ROWS: 0.7, 1: 1.0}
-# The builds that read rows of odd length by rows; the others read them 4 bytes at a time.  On that
-# probe the others ran level or slower by rows: 256 x 128 by 1%, 64 x 128 summed by 10%, with the
-# same instruction counts in the K loop and another schedule of its copies; 64 x 64f stream-K by 1%
-# (0.90-1.16x) with a block an SM less, and 1.5% faster on 19 timings with it kept (ODD_ROWS_MINB;
-# docs/perf-notes.md).
-ODD_ROWS_BUILDS = ("128x128", "128x128 stream-K", "128x128 summed", "64x64f", "64x64f stream-K", "64x64f summed",
-                   "64x64s")
-
+# Rows read by rows at two widths (access.ROW_CLASSES) take 3/4 of the narrower width's copies.  Rows
+# of odd length (ODD_ROWS, every other row 8 bytes at a time, the others 4): 2/3 of the gap to 16-byte
+# copies by that count (a pair of rows: 1.5 COLS copies against 2 and 0.5); measured on 14 shapes of
+# seed 465, 0.65-0.79 of it in the builds below.  Rows of twice an odd length (ODD_PAIRS, every other
+# row 16 bytes at a time, the others 8): half of the 8-byte copies' gap by that count (0.75 COLS
+# against 1 and 0.5), so 0.25.
+NARROW_SHARE = {4: 0.0, access.ODD_PAIRS: 0.25, 2: 0.5, access.ODD_ROWS: 0.7, 1: 1.0}
+# The builds that read each class of rows by rows; the others read them at the narrower width.  Rows
+# of odd length: on the probe above the others ran level or slower by rows: 256 x 128 by 1%, 64 x 128
+# summed by 10%, with the same instruction counts in the K loop and another schedule of its copies;
+# 64 x 64f stream-K by 1% (0.90-1.16x) with a block an SM less, and 1.5% faster on 19 timings with it
+# kept (BY_ROWS_MINB; docs/perf-notes.md).
+BY_ROWS_BUILDS = {
+    access.ODD_ROWS: ("128x128", "128x128 stream-K", "128x128 summed", "64x64f", "64x64f stream-K", "64x64f summed",
+                      "64x64s"),
+    access.ODD_PAIRS: ("128x256", "128x128", "128x128 stream-K", "128x128 summed", "64x256", "64x128",
+                       "64x128 summed", "64x64f", "64x64f stream-K", "64x64f summed", "32x256"),
+}
 
 def set_for(table: dict, M: int, N: int, K: int, count: int, layout: str = "NN") -> dict:
     """The set of a model table that serves this shape: its small products' set below that set's
@@ -156,35 +162,38 @@ def build(name: str) -> str:
     return f"{tile} stream-K" if name.endswith("stream-K") else f"{tile} summed" if name.endswith("summed") else tile
 
 
-def read_width(name: str, width: int, a_width: int = 4) -> int:
+def read_width(name: str, width: int, a_width: int = 4, classes: tuple = tuple(access.ROW_CLASSES)) -> int:
     """The access width candidate ``name`` is charged for (NARROW_SHARE) when B's rows are ``width``
     floats wide at best and A's ``a_width`` (access.row_widths; A is copied along its rows only as a
-    transposed view): B's rows of odd length (1) are read by rows in ODD_ROWS_BUILDS, A's never; the
-    costlier of the two."""
-    b = access.ODD_ROWS if width == 1 and build(name) in ODD_ROWS_BUILDS else width
+    transposed view): B's rows of a class of ``classes`` (access.ROW_CLASSES: contiguous rows of
+    width 1 have odd length, of width 2 twice an odd length) are read by rows in that class's
+    BY_ROWS_BUILDS, A's never; the costlier of the two."""
+    b = next((code for code in classes if access.ROW_CLASSES[code][1] == width and build(name) in BY_ROWS_BUILDS[code]),
+             width)
     return max((a_width, b), key=NARROW_SHARE.__getitem__)
 
 
-# The blocks an SM asked of ptxas (minb) by a build's variant that reads rows of odd length by rows,
-# where the tile's own minb leaves ptxas free to take more registers than the 4-byte build and lose
-# a block an SM: 64 x 64f stream-K took 183 registers (5 blocks of 64 threads) against 168 (6);
-# at minb 5 it takes 156 (6).  The model's blocks per SM are the build's, so the variant keeps them.
-ODD_ROWS_MINB = {"64x64f stream-K": 5}
+# The blocks an SM asked of ptxas (minb) by a build's variant that reads rows by rows, where the
+# tile's own minb leaves ptxas free to take more registers than the build at the narrower width and
+# lose a block an SM.  64 x 64f stream-K: by rows of odd length it took 183 registers (5 blocks of 64
+# threads) against 168 (6), at minb 5 156 (6); by rows of twice an odd length 177 (5) against 167.
+# The model's blocks per SM are the build's, so the variant keeps them.
+BY_ROWS_MINB = {access.ODD_ROWS: {"64x64f stream-K": 5}, access.ODD_PAIRS: {"64x64f stream-K": 5}}
 
 
-def odd_rows(params: dict) -> dict | None:
+def by_rows(params: dict, code: int) -> dict | None:
     """The parameters with which the family config ``params`` (every parameter given) reads rows of
-    odd length by rows: ``params`` (minb from ODD_ROWS_MINB where it names the build) where it is a
-    candidate's whose build is in ODD_ROWS_BUILDS, else None (it reads them 4 bytes at a time)."""
+    class ``code`` (access.ROW_CLASSES) by rows: ``params`` (minb from BY_ROWS_MINB where it names the
+    build) where it is a candidate's whose build is in BY_ROWS_BUILDS[code], else None (it reads them
+    at the narrower width)."""
     sk = params.get("sk", 0)
     for name, tile in TILES.items():
         if all(params.get(k) == v for k, v in tile.items()) and params.get("ks", 1) == tile.get("ks", 1):
             b = name + (" stream-K" if sk == 1 else " summed" if sk == 2 else "")
-            if params.get("mma", 0) or b not in ODD_ROWS_BUILDS:
+            if params.get("mma", 0) or b not in BY_ROWS_BUILDS[code]:
                 return None
-            return {**params, "minb": ODD_ROWS_MINB.get(b, params["minb"])}
+            return {**params, "minb": BY_ROWS_MINB[code].get(b, params["minb"])}
     return None
-
 
 def current(name: str, cfg: dict) -> bool:
     """Whether ``cfg`` (a calibration row's config) is the tile config that candidate ``name`` runs

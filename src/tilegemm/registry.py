@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from . import access
 from .kernelspec import LAYOUTS, PRECISIONS, Constraint, KernelSpec, check_precision  # noqa: F401 (re-exported)
 from .occupancy import Limits  # noqa: F401 (re-exported)
 
@@ -219,18 +220,19 @@ def _tile_loads(rows: int, cols: int, threads: int) -> bool:
     return cols % 4 == 0 and (rows * cols) % (4 * threads) == 0 and threads % (cols // 4) == 0
 
 
-def family_odd_rows(p) -> bool:
-    """Whether gemm.cu's cp.async copies can take rows of odd length by rows (tg_async.cuh,
-    OddRowsTile; access.ODD_ROWS): the tiles copied along their rows (bk x bn of B, bk x bm of A as
-    a transposed view) split, per half of their rows, into whole 8- and 4-byte copies per thread,
-    each thread's in one column of copies.  Every config the model runs does; others read such rows
-    4 bytes at a time."""
+def family_row_classes(p) -> tuple[int, ...]:
+    """The width codes of access.ROW_CLASSES that gemm.cu's cp.async copies can take by rows in this
+    config (tg_async.cuh, RowClassTile): those whose two widths split the tiles copied along their
+    rows (bk x bn of B, bk x bm of A as a transposed view), per half of their rows, into whole copies
+    per thread, each thread's in one column of copies.  Configs without one read such rows at the
+    narrower width on every row."""
     threads = family_threads(p)
     if p["stages"] < 2 or p["bk"] % 2:
-        return False
-    return all(cols % v == 0 and (p["bk"] // 2) * (cols // v) % threads == 0
-               and (threads % (cols // v) == 0 or (cols // v) % threads == 0)
-               for cols in (p["bm"], p["bn"]) for v in (2, 1))
+        return ()
+    return tuple(code for code, vs in access.ROW_CLASSES.items()
+                 if all(cols % v == 0 and (p["bk"] // 2) * (cols // v) % threads == 0
+                        and (threads % (cols // v) == 0 or (cols // v) % threads == 0)
+                        for cols in (p["bm"], p["bn"]) for v in vs))
 
 
 def family_buffers(p) -> int:
@@ -312,7 +314,7 @@ FAMILY = KernelSpec(
     smem=family_smem,
     constraints=FAMILY_CONSTRAINTS,
     vec=True,
-    odd_rows=True,
+    row_classes=True,
     linear_grid=True,
     entry="tilegemm_gemm",
     runtime=("splits",),

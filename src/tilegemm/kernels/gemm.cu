@@ -21,8 +21,8 @@
 //   MMA        0: FFMAs (everything above).  1 or 3: the products on the tensor cores, TF32 or
 //              TF32x3 (tg_mma.cuh; rung 9): warps of 64 x 32, TM = TN = 8, BK a multiple of 8,
 //              STAGES >= 2; LN and ORDER are not used
-//   TG_VEC_A, TG_VEC_B, TG_VEC_D: each operand's access width (tg_common.cuh; 3 for A or B: rows of
-//              odd length copied by rows, tg_async.cuh's OddRowsTile); TG_TRANS_A,
+//   TG_VEC_A, TG_VEC_B, TG_VEC_D: each operand's access width (tg_common.cuh; 3 or 6 for A or B: rows of
+//              odd length, or of twice an odd length, copied by rows, tg_async.cuh's RowClassTile); TG_TRANS_A,
 //              TG_TRANS_B as in every rung; TG_OFF64 as in tg_async.cuh
 //   KS         k slices a block: KS groups of (BM/TM) x (BN/TN) threads share each stage's copies and
 //              each reads BK/KS of its k rows into its own accumulators of the whole tile; at the end

@@ -157,15 +157,17 @@ struct AsyncTile {
     __device__ __forceinline__ void next(int bk, tg_idx ld) { base += TRANSPOSED ? (tg_idx)bk : bk * ld; }
 };
 
-// Rows of odd length (TG_VEC_A / TG_VEC_B = 3): a tile copied along its rows (k the row) of a view whose
-// leading dimension is odd.  Row r starts p + r * ld floats past a 16-byte boundary (p: the tile's
-// first element), so every other row starts 8-byte aligned (of four rows, one 16-byte aligned and one
-// 8); BK is even, so they are the same rows of every tile.  Those rows are copied 8 bytes at a time,
-// the others 4: a pair of rows in COLS/2 + COLS copies instead of 2 COLS (25% fewer), into the shared
-// tile AsyncTile fills.  Which rows start 8-byte aligned is found at run time from p.  (The
-// 16-byte aligned rows alone, one in four, would take BK/4 x COLS/4 copies, fewer than the threads of
-// most configs the family runs: a copy for some threads only, whose predicate cost ptxas more
-// registers a thread in the 64 x 128 tile, and a block an SM.)
+// Rows whose starts alternate between two alignments, copied by rows: a tile copied along its rows (k the
+// row) of a view whose leading dimension is odd (TG_VEC_A / TG_VEC_B = 3), or twice an odd number
+// (= 6).  Row r starts p + r * ld floats from a 16-byte boundary (p: the tile's first element), so
+// every other row starts HI floats aligned and the others LO = HI / 2: HI = 2 for an odd ld (of
+// four rows, one 16-byte aligned and one 8), HI = 4 for ld = 2 mod 4 from an 8-byte aligned p.  BK
+// is even, so they are the same rows of every tile.  The HI-aligned rows are copied 4 HI bytes at a
+// time, the others 4 LO, into the shared tile AsyncTile fills: a pair of rows in COLS/HI + COLS/LO
+// copies instead of 2 COLS/LO (25% fewer).  Which rows start HI-aligned is found at run time from p.
+// (For an odd ld, the 16-byte aligned rows alone, one in four, would take BK/4 x COLS/4 copies, fewer
+// than the threads of most configs the family runs: a copy for some threads only, whose predicate
+// cost ptxas more registers a thread in the 64 x 128 tile, and a block an SM.)
 
 // The rows first + 2 j (j < ROWS / 2) of a tile, V floats a copy, spread over the threads as
 // AsyncTile spreads a tile's.  Its placement and copy loop repeat AsyncTile's for a tile of ROWS / 2
@@ -227,35 +229,41 @@ struct RowClass {
     }
 };
 
-template <int ROWS, int COLS, int THREADS, int LD>
-struct OddRowsTile {
-    RowClass<ROWS, COLS, THREADS, LD, 2> w2;  // the rows starting 8-byte aligned, e + 2 j
-    RowClass<ROWS, COLS, THREADS, LD, 1> w1;  // the others, (e ^ 1) + 2 j
+template <int ROWS, int COLS, int THREADS, int LD, int HI>
+struct RowClassTile {
+    static constexpr int LO = HI / 2;
+    static_assert(HI == 2 || HI == 4, "rows of odd length (2 + 1), or of twice an odd length (4 + 2)");
+    RowClass<ROWS, COLS, THREADS, LD, HI> hi;  // the rows starting 4 HI-byte aligned, e + 2 j
+    RowClass<ROWS, COLS, THREADS, LD, LO> lo;  // the others, (e ^ 1) + 2 j
     const float *base;  // the tile's element (0, 0), moved BK along k per tile
-    int e;              // 0: the tile's even rows start 8-byte aligned, 1: its odd ones
+    int e;              // 0: the tile's even rows start 4 HI-byte aligned, 1: its odd ones
 
     __device__ __forceinline__ void init(const float *b0, tg_idx ld, int r0, int c0, int rows, int cols, int tid) {
         base = b0;
-        e = (int)((reinterpret_cast<unsigned long long>(b0) >> 2) & 1);  // ld is odd: row e starts even
-        w2.init(e, ld, c0, cols, tid);
-        w1.init(e ^ 1, ld, c0, cols, tid);
+        // b0 is 4 LO-byte aligned; row 1 starts 4 LO bytes off the alignment row 0 has
+        e = (int)((reinterpret_cast<unsigned long long>(b0) / (4 * LO)) & 1);
+        hi.init(e, ld, c0, cols, tid);
+        lo.init(e ^ 1, ld, c0, cols, tid);
     }
     template <bool FIRST>
     __device__ __forceinline__ void copy(unsigned s, bool on, int k_lo, const float *safe, int tid) const {
-        const float *even = reinterpret_cast<const float *>(reinterpret_cast<unsigned long long>(safe) & ~7ull);
-        w2.template copy<FIRST>(s, base, e, on, k_lo, even, tid);
-        w1.template copy<FIRST>(s, base, e ^ 1, on, k_lo, safe, tid);
+        const auto at = [](const float *p, unsigned long long bytes) {  // p rounded down to a multiple of bytes
+            return reinterpret_cast<const float *>(reinterpret_cast<unsigned long long>(p) & ~(bytes - 1));
+        };
+        hi.template copy<FIRST>(s, base, e, on, k_lo, at(safe, 4 * HI), tid);
+        lo.template copy<FIRST>(s, base, e ^ 1, on, k_lo, at(safe, 4 * LO), tid);
     }
     __device__ __forceinline__ void next(int bk, tg_idx ld) { base += bk * ld; }
 };
 
-// AsyncTile, or OddRowsTile for a tile copied along its rows with TG_VEC_x = 3
+// AsyncTile, or RowClassTile for a tile copied along its rows with TG_VEC_x = 3 or 6
+template <int VEC> struct TgRowClass { static constexpr int HI = VEC == 3 ? 2 : VEC == 6 ? 4 : 0; };
 template <bool ODD, typename Plain, typename Odd> struct TgPick { typedef Plain type; };
 template <typename Plain, typename Odd> struct TgPick<true, Plain, Odd> { typedef Odd type; };
 template <int ROWS, int COLS, int THREADS, bool TRANSPOSED, int LD, int VEC>
-using TgTile = typename TgPick<VEC == 3 && !TRANSPOSED, AsyncTile<ROWS, COLS, THREADS, TRANSPOSED, LD, VEC == 3 ? 1 : VEC>,
-                               OddRowsTile<ROWS, COLS, THREADS, LD>>::type;
-
+using TgTile = typename TgPick<TgRowClass<VEC>::HI != 0 && !TRANSPOSED,
+                               AsyncTile<ROWS, COLS, THREADS, TRANSPOSED, LD, VEC == 3 ? 1 : VEC == 6 ? 2 : VEC>,
+                               RowClassTile<ROWS, COLS, THREADS, LD, TgRowClass<VEC>::HI>>::type;
 // The two operands of C = A B as AsyncTiles (global orientation from TG_TRANS_A / TG_TRANS_B).
 template <int BM_, int BN_, int BK_, int THREADS, int LDA, int LDB>
 struct AsyncOperands {

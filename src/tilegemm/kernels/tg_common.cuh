@@ -32,12 +32,15 @@
 #ifndef TG_VEC_D
 #define TG_VEC_D TG_VEC
 #endif
-// The family's cp.async copies also take 3 for A or B: rows of odd length, the rows that start 8-byte
-// aligned copied 8 bytes at a time, the others 4 (tg_async.cuh, OddRowsTile).
+// The family's cp.async copies also take, for A or B, two widths by rows (tg_async.cuh, RowClassTile):
+// 3 for rows of odd length (the rows that start 8-byte aligned copied 8 bytes at a time, the others
+// 4), 6 for rows of twice an odd length (the rows that start 16-byte aligned 16 bytes at a time, the
+// others 8).
 #define TG_WIDTH_OK(w) ((w) == 4 || (w) == 2 || (w) == 1)
-static_assert(TG_WIDTH_OK(TG_VEC) && TG_WIDTH_OK(TG_VEC_D) && (TG_WIDTH_OK(TG_VEC_A) || TG_VEC_A == 3) &&
-              (TG_WIDTH_OK(TG_VEC_B) || TG_VEC_B == 3),
-              "access widths are 4 (16-byte accesses), 2 (8-byte) or 1 (4-byte); A and B also 3 (rows of odd length)");
+#define TG_ROWS_OK(w) (TG_WIDTH_OK(w) || (w) == 3 || (w) == 6)
+static_assert(TG_WIDTH_OK(TG_VEC) && TG_WIDTH_OK(TG_VEC_D) && TG_ROWS_OK(TG_VEC_A) && TG_ROWS_OK(TG_VEC_B),
+              "access widths are 4 (16-byte accesses), 2 (8-byte) or 1 (4-byte); A and B also 3 or 6 (two "
+              "widths by rows)");
 
 typedef long long tg_idx;
 

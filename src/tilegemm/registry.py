@@ -221,18 +221,17 @@ def _tile_loads(rows: int, cols: int, threads: int) -> bool:
 
 
 def family_row_classes(p) -> tuple[int, ...]:
-    """The width codes of access.ROW_CLASSES that gemm.cu's cp.async copies can take by rows in this
-    config (tg_async.cuh, RowClassTile): those whose two widths split the tiles copied along their
-    rows (bk x bn of B, bk x bm of A as a transposed view), per half of their rows, into whole copies
-    per thread, each thread's in one column of copies.  Configs without one read such rows at the
-    narrower width on every row."""
-    threads = family_threads(p)
+    """The width codes of access.ROW_CLASSES that gemm.cu's cp.async copies can take by rows for B in
+    this config (tg_async.cuh, RowClassTile): those whose two widths split B's bk x bn tile, per half
+    of its rows, into whole copies per thread, each thread's in one column of copies.  (A, as a
+    transposed view, takes them in the kernel where its bk x bm tile splits so; the host gives them
+    to B only.)  Configs without one read such rows at the narrower width on every row."""
+    threads, cols = family_threads(p), p["bn"]
     if p["stages"] < 2 or p["bk"] % 2:
         return ()
     return tuple(code for code, vs in access.ROW_CLASSES.items()
                  if all(cols % v == 0 and (p["bk"] // 2) * (cols // v) % threads == 0
-                        and (threads % (cols // v) == 0 or (cols // v) % threads == 0)
-                        for cols in (p["bm"], p["bn"]) for v in vs))
+                        and (threads % (cols // v) == 0 or (cols // v) % threads == 0) for v in vs))
 
 
 def family_buffers(p) -> int:

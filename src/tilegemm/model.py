@@ -175,11 +175,13 @@ def read_width(name: str, width: int, a_width: int = 4, classes: tuple = tuple(a
 
 # The blocks an SM asked of ptxas (minb) by a build's variant that reads rows by rows, where the
 # tile's own minb leaves ptxas free to take more registers than the build at the narrower width and
-# lose a block an SM.  64 x 64f stream-K: by rows of odd length it took 183 registers (5 blocks of 64
-# threads) against 168 (6), at minb 5 156 (6); by rows of twice an odd length 177 (5) against 167.
-# The model's blocks per SM are the build's, so the variant keeps them.
-BY_ROWS_MINB = {access.ODD_ROWS: {"64x64f stream-K": 5}, access.ODD_PAIRS: {"64x64f stream-K": 5}}
-
+# lose a block an SM (the model's blocks per SM are the build's, so the variant keeps them).
+# 64 x 64f stream-K: by rows of odd length it took 183 registers (5 blocks of 64 threads) against
+# 168 (6), at minb 5 156 (6); by rows of twice an odd length 177 (5) against 166.  64 x 128, by rows
+# of twice an odd length: 139 registers (3 blocks of 128 threads) against 128 (4), and 146 against
+# 124 summed in the kernel (NVRTC 13.0); 3 blocks ran its split-K launches up to 17% slower.
+BY_ROWS_MINB = {access.ODD_ROWS: {"64x64f stream-K": 5},
+                access.ODD_PAIRS: {"64x64f stream-K": 5, "64x128": 4, "64x128 summed": 4}}
 
 def by_rows(params: dict, code: int) -> dict | None:
     """The parameters with which the family config ``params`` (every parameter given) reads rows of

@@ -85,18 +85,21 @@ SMALL_MACS = 1024**3  # the bench draw's smallest product (suites.DRAW), the sma
 # copies by that count (a pair of rows: 1.5 COLS copies against 2 and 0.5); measured on 14 shapes of
 # seed 465, 0.65-0.79 of it in the builds below.  Rows of twice an odd length (ODD_PAIRS, every other
 # row 16 bytes at a time, the others 8): half of the 8-byte copies' gap by that count (0.75 COLS
-# against 1 and 0.5), so 0.25.
-NARROW_SHARE = {4: 0.0, access.ODD_PAIRS: 0.25, 2: 0.5, access.ODD_ROWS: 0.7, 1: 1.0}
+# against 1 and 0.5); measured on 16 shapes of seed 473, 0.37 of it (median of 73 timings, 0.03-0.76),
+# so 0.5 x 0.37, about 0.2.
+NARROW_SHARE = {4: 0.0, access.ODD_PAIRS: 0.2, 2: 0.5, access.ODD_ROWS: 0.7, 1: 1.0}
 # The builds that read each class of rows by rows; the others read them at the narrower width.  Rows
 # of odd length: on the probe above the others ran level or slower by rows: 256 x 128 by 1%, 64 x 128
 # summed by 10%, with the same instruction counts in the K loop and another schedule of its copies;
 # 64 x 64f stream-K by 1% (0.90-1.16x) with a block an SM less, and 1.5% faster on 19 timings with it
-# kept (BY_ROWS_MINB; docs/perf-notes.md).
+# kept (BY_ROWS_MINB; docs/perf-notes.md).  Rows of twice an odd length: every build whose B tile
+# splits into whole 16-byte copies per thread (registry.family_row_classes) ran faster by rows on that
+# probe (0.89x-0.99x by build) but 32 x 256, which no shape of it ranked among its best.
 BY_ROWS_BUILDS = {
     access.ODD_ROWS: ("128x128", "128x128 stream-K", "128x128 summed", "64x64f", "64x64f stream-K", "64x64f summed",
                       "64x64s"),
     access.ODD_PAIRS: ("128x256", "128x128", "128x128 stream-K", "128x128 summed", "64x256", "64x128",
-                       "64x128 summed", "64x64f", "64x64f stream-K", "64x64f summed", "32x256"),
+                       "64x128 summed", "64x64f", "64x64f stream-K", "64x64f summed"),
 }
 
 def set_for(table: dict, M: int, N: int, K: int, count: int, layout: str = "NN") -> dict:

@@ -582,30 +582,34 @@ def test_results_with_rows_4_bytes_off(cp, tile):
         assert err < TOL, (tile, M, N, K, layout, off, err)
 
 
-@pytest.mark.parametrize("build", model.ODD_ROWS_BUILDS)
-def test_rows_of_odd_length_read_by_rows(cp, build, monkeypatch):
-    """The builds that read rows of odd length by rows (access.ODD_ROWS): B (in NN and TN) with an
-    odd leading dimension, edges, a partial first k tile, split counts, a batch whose odd batch
-    stride moves which rows start 8-byte aligned, and a view one float in; against float64 with
-    NaN-poisoned outputs, and checked to take width ODD_ROWS."""
+@pytest.mark.parametrize("code,build", [(c, b) for c, builds in model.BY_ROWS_BUILDS.items() for b in builds],
+                         ids=lambda x: {access.ODD_ROWS: "odd", access.ODD_PAIRS: "pairs"}.get(x, x))
+def test_rows_read_by_rows(cp, code, build, monkeypatch):
+    """The builds that read a class of rows by rows (model.BY_ROWS_BUILDS): rows of odd length
+    (access.ODD_ROWS: N odd, B views one float in) and of twice an odd length (access.ODD_PAIRS:
+    N = 2 mod 4, views two floats in).  B in NN and TN, edges, a partial first k tile, split counts,
+    a batch whose batch stride moves which rows start at the wider alignment, and the views; against
+    float64 with NaN-poisoned outputs, and checked to take the class's width code at its minb."""
     tile, kind = build.split()[0], build.split()[1] if " " in build else ""
     sk = {"": 0, "stream-K": 1, "summed": 2}[kind]
+    lo = access.ROW_CLASSES[code][1]  # the narrower width: B's view starts lo floats in
+    cols = (131, 257, 71, 33) if code == access.ODD_ROWS else (130, 258, 70, 34)
     seen = []
     real = launch.launcher
     monkeypatch.setattr("tilegemm.dispatch.launcher", lambda *a, **k: seen.append((a[2], dict(a[4]))) or real(*a, **k))
-    minb = model.ODD_ROWS_MINB.get(build, model.TILES[tile]["minb"])
+    minb = model.BY_ROWS_MINB[code].get(build, model.TILES[tile]["minb"])
 
     def by_rows():  # the last family launch read B by rows, at the build's minb
         vec, cfg = seen[-1]
-        return access.ODD_ROWS in (vec if isinstance(vec, tuple) else (vec,)) and cfg["minb"] == minb
+        return code in (vec if isinstance(vec, tuple) else (vec,)) and cfg["minb"] == minb
     tilegemm.clear_caches()
     rng = cp.random.default_rng(17)
-    for layout, M, N, K, splits in (("NN", 70, 131, 93, 1), ("NN", 65, 257, 1000, 3), ("TN", 131, 71, 93, 1),
-                                    ("TN", 257, 33, 600, 2)):
+    for (layout, M, K, splits), N in zip((("NN", 70, 93, 1), ("NN", 65, 1000, 3), ("TN", 131, 93, 1),
+                                          ("TN", 257, 600, 2)), cols):
         cfg = {**model.TILES[tile], "sk": sk, "splits": 1 if sk == 1 else splits}
         a = rng.standard_normal((M, K), dtype=np.float32) if layout[0] == "N" else \
             rng.standard_normal((K, M), dtype=np.float32).T
-        for off in (0, 1):  # B a view one float in: the other half of its rows starts 8-byte aligned
+        for off in (0, lo):  # B a view lo floats in: the other half of its rows starts at the wider alignment
             b = rng.standard_normal(K * N + off, dtype=np.float32)[off:].reshape(K, N)
             out = cp.full((M, N), np.nan, np.float32)
             del seen[:]
@@ -614,9 +618,11 @@ def test_rows_of_odd_length_read_by_rows(cp, build, monkeypatch):
             err = float(cp.linalg.norm(out.astype(np.float64) - ref) / cp.linalg.norm(ref))
             assert err < TOL, (build, layout, M, N, K, off, err)
             assert by_rows(), seen
-    batch = rng.standard_normal(3 * 77 * 131 + 1, dtype=np.float32)[1:].reshape(3, 77, 131)
+    # batch strides 77 x 131 = 3 mod 4 and 77 x 130 = 2 mod 4: the products' rows start alternately
+    N = cols[0]
+    batch = rng.standard_normal(3 * 77 * N + lo, dtype=np.float32)[lo:].reshape(3, 77, N)
     a3 = rng.standard_normal((3, 50, 77), dtype=np.float32)
-    out = cp.full((3, 50, 131), np.nan, np.float32)
+    out = cp.full((3, 50, N), np.nan, np.float32)
     del seen[:]
     tilegemm.matmul(a3, batch, out=out, config={**model.TILES[tile], "sk": sk, "splits": 1})
     ref = cp.matmul(a3.astype(np.float64), batch.astype(np.float64))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tilegemm import CompileError, compiler, cubin, model, registry
+from tilegemm import CompileError, access, compiler, cubin, model, registry
 from tilegemm.errors import ConfigError
 from tilegemm.occupancy import Limits
 from tilegemm.instruments import sass
@@ -471,12 +471,15 @@ def test_per_operand_widths_build_what_each_operand_allows():
     assert F.defines(p, "NN", (1, 1, 1))["TG_VEC"] == 1
     assert F.defines(p, "NN", (4, 2, 2))["TG_VEC_B"] == 2
     assert F.defines(p, "NN", (4, 3, 4))["TG_VEC_B"] == 3  # rows of odd length (access.ODD_ROWS)
-    for bad in ((4, 4, 3), (3, 3, 3), (4, 4), 8):
+    assert F.defines(p, "NN", (4, 6, 4))["TG_VEC_B"] == 6  # rows of twice an odd length (access.ODD_PAIRS)
+    assert F.defines(p, "TN", (6, 4, 4))["TG_VEC_A"] == 6 and F.defines(p, "TN", (3, 4, 4))["TG_VEC_A"] == 3
+    for bad in ((4, 4, 3), (3, 3, 3), (4, 4, 6), (6, 6, 6), (4, 5, 4), (4, 4), 8):
         with pytest.raises(ValueError, match="vec must be"):
             F.defines(p, "NN", bad)
     rung = registry.get("08_hopper")  # the rungs' copies take no rows by rows
-    with pytest.raises(ValueError, match="vec must be"):
-        rung.defines(rung.params(), "NN", (4, 3, 4))
+    for by_rows in ((4, 3, 4), (4, 6, 4)):
+        with pytest.raises(ValueError, match="vec must be"):
+            rung.defines(rung.params(), "NN", by_rows)
     # B 4 bytes wide, D 16: the K loop copies B with LDGSTS.32 only, the epilogue stores float4s
     cfg = {"bm": 128, "bn": 64, "tm": 8, "tn": 8, "ln": 8, "minb": 0, "bk": 8, "swizzle": 8, "stages": 3}
     ops = {w: sass.opcode_counts(sass.disassemble(F.compile(cfg, "NN", arch="sm_90", vec=w).cubin))
@@ -495,29 +498,46 @@ def test_per_operand_widths_build_what_each_operand_allows():
         n for k, n in ops[(4, 1, 4)].items() if k.startswith("LDGSTS"))
 
 
-@pytest.mark.parametrize("build", model.ODD_ROWS_BUILDS)
-def test_odd_rows_builds_copy_fewer_times_at_the_same_occupancy(build):
-    """Rows of odd length read by rows (access.ODD_ROWS, tg_async.cuh's OddRowsTile): in each build
-    that takes them (model.ODD_ROWS_BUILDS), for B in NN, the K loop copies the operand with
-    8-byte copies on half its rows (LDGSTS.64) and a quarter fewer copies than 4 bytes a row, without
-    spills, and ptxas gives it as many blocks an SM as the 4-byte build (the model's blocks per SM
-    are the build's)."""
+# (the code of access.ROW_CLASSES, the build that reads that class by rows), every build of every class
+BY_ROWS = [(code, build) for code, builds in model.BY_ROWS_BUILDS.items() for build in builds]
+
+
+@pytest.mark.parametrize("code,build", BY_ROWS, ids=[f"{c}-{b}" for c, b in BY_ROWS])
+def test_by_rows_builds_copy_fewer_times_at_the_same_occupancy(code, build):
+    """Rows read by rows at two widths (access.ROW_CLASSES, tg_async.cuh's RowClassTile): in each
+    build that takes a class (model.BY_ROWS_BUILDS), for B in NN, the K loop copies the operand with
+    the wider copies on half its rows (rows of odd length, access.ODD_ROWS: LDGSTS.64 against the
+    narrow build's 4-byte copies; of twice an odd length, access.ODD_PAIRS: LDGSTS.128 against its
+    8-byte copies) and a quarter fewer copies than the narrower width on every row, without spills,
+    and ptxas gives it as many blocks an SM as the narrow build (the model's blocks per SM are the
+    build's)."""
     F = registry.FAMILY
     tile, kind = build.split()[0], build.split()[1] if " " in build else ""
     cfg = {**model.TILES[tile], "sk": {"": 0, "stream-K": 1, "summed": 2}[kind]}
     p = F.params(cfg)
-    q = model.odd_rows(p)  # the variant's parameters (its minb may differ: model.ODD_ROWS_MINB)
-    assert q is not None and registry.family_odd_rows(q)
+    q = model.by_rows(p, code)  # the variant's parameters (its minb may differ: model.BY_ROWS_MINB)
+    assert q is not None and code in registry.family_row_classes(q)
+    hi, lo = access.ROW_CLASSES[code]  # floats a copy: the wider rows', the others'
+    wide = f"LDGSTS.{32 * hi}"  # the wider copies, which the narrow build never makes
     threads = registry.family_threads(p)
-    for layout, narrow, odd in (("NN", (4, 1, 4), (4, 3, 4)),):
-        ks = {narrow: F.compile(p, layout, arch="sm_90", vec=narrow), odd: F.compile(q, layout, arch="sm_90", vec=odd)}
+    for layout, narrow, by_rows in (("NN", (4, lo, 4), (4, code, 4)),):
+        ks = {narrow: F.compile(p, layout, arch="sm_90", vec=narrow),
+              by_rows: F.compile(q, layout, arch="sm_90", vec=by_rows)}
         loops = {w: sass.inspect(sass.disassemble(k.cubin)).mix for w, k in ks.items()}
         copies = {w: {op: n for op, n in m.items() if op.startswith("LDGSTS")} for w, m in loops.items()}
-        assert copies[odd].get("LDGSTS.64", 0) > 0 and "LDGSTS.64" not in copies[narrow]
-        rows = p["bk"] * (p["bn"] if layout == "NN" else p["bm"]) // threads  # the operand's 4-byte copies a thread
-        assert sum(copies[narrow].values()) - sum(copies[odd].values()) == rows // 4, (layout, copies)
+        assert copies[by_rows].get(wide, 0) > 0 and wide not in copies[narrow], (layout, copies)
+        cols = p["bn"] if layout == "NN" else p["bm"]
+        rows = p["bk"] * cols // threads // lo  # the narrow build's copies of the operand a thread
+        assert sum(copies[narrow].values()) - sum(copies[by_rows].values()) == rows // 4, (layout, copies)
+        regs = {w: k.resources.registers for w, k in ks.items()}
         blocks = {w: min(64 * 1024 // (-(-k.resources.registers // 8) * 8 * threads), 32) for w, k in ks.items()}
-        assert ks[odd].resources.spills == 0 and blocks[odd] >= blocks[narrow], (layout, blocks)
-    # A's rows of odd length (TN) take the same copies in the kernel (not switched on by the host)
-    k = F.compile(q, "TN", arch="sm_90", vec=(3, 4, 4))
-    assert k.resources.spills == 0 and "LDGSTS.64" in sass.inspect(sass.disassemble(k.cubin)).mix
+        assert ks[by_rows].resources.spills == 0, (layout, {w: k.resources.spills for w, k in ks.items()})
+        assert blocks[by_rows] >= blocks[narrow], (layout, blocks, regs, q["minb"])
+    # A's rows (TN) take the same copies in the kernel (not switched on by the host), where its bk x bm
+    # tile splits into whole copies of both widths a thread as B's does (registry.family_row_classes)
+    if all(p["bm"] % v == 0 and (p["bk"] // 2) * (p["bm"] // v) % threads == 0
+           and (threads % (p["bm"] // v) == 0 or (p["bm"] // v) % threads == 0) for v in (hi, lo)):
+        k = F.compile(q, "TN", arch="sm_90", vec=(code, 4, 4))  # B's aligned rows: LDGSTS.128 alone
+        assert k.resources.spills == 0 and "LDGSTS.64" in sass.inspect(sass.disassemble(k.cubin)).mix
+    else:
+        assert code != access.ODD_ROWS  # every build takes A's rows of odd length

@@ -257,13 +257,31 @@ def test_unaligned_operands_take_narrow_accesses_for_themselves_only(stubs):
     # candidate's) reads B's rows of odd length by rows (access.ODD_ROWS), HUGE's 4 bytes at a time
     assert _built_widths(stubs, b=(64, 63), out=(64, 63)) == (4, access.ODD_ROWS, 1)
     assert _built_widths(stubs, b=(64, 63), out=(64, 63), config={**HUGE, "splits": 1}) == (4, 1, 1)
-    assert _built_widths(stubs, b=(64, 62), out=(64, 62)) == (4, 2, 2)
-    # 64x64f stream-K reads them by rows at its own minb (model.ODD_ROWS_MINB), the 4-byte build at the tile's
+    # rows of twice an odd length (62 columns) from a 16-byte aligned start: BIG's build reads B's by
+    # rows (access.ODD_PAIRS), HUGE's (B's tile does not split into whole 16-byte copies a thread) 8
+    # bytes at a time; D is written 8 bytes at a time in both
+    assert _built_widths(stubs, b=(64, 62), out=(64, 62)) == (4, access.ODD_PAIRS, 2)
+    assert stubs.built[-1][3]["minb"] == 2
+    assert _built_widths(stubs, b=(64, 62), out=(64, 62), config={**HUGE, "splits": 1}) == (4, 2, 2)
+    assert _built_widths(stubs, pb=PB + 8, b=(64, 64), out=(64, 64)) == (4, 2, 4)  # every row 8 bytes off
+    # 64x64f stream-K reads both classes by rows at its own minb (model.BY_ROWS_MINB), aligned rows at the tile's
     sk = {"bm": 64, "bn": 64, "tm": 8, "tn": 8, "ln": 8, "minb": 4, "bk": 8, "swizzle": 8, "stages": 3, "sk": 1}
     assert _built_widths(stubs, a=(64, 4000), b=(4000, 63), out=(64, 63), config={**sk, "splits": 1}) == (4, 3, 1)
     assert stubs.built[-1][3]["minb"] == 5
+    assert _built_widths(stubs, a=(64, 4000), b=(4000, 62), out=(64, 62), config={**sk, "splits": 1}) == (4, 6, 2)
+    assert stubs.built[-1][3]["minb"] == 5
     assert _built_widths(stubs, a=(64, 4000), b=(4000, 64), out=(64, 64), config={**sk, "splits": 1}) == 4
     assert stubs.built[-1][3]["minb"] == 4
+    # 64x128 reads rows of twice an odd length by rows at minb 4 (model.BY_ROWS_MINB), rows of odd
+    # length 4 bytes at a time and aligned rows at the tile's minb 0
+    wide = {"bm": 64, "bn": 128, "tm": 8, "tn": 8, "ln": 8, "minb": 0, "bk": 8, "swizzle": 8, "stages": 3}
+    for cfg in ({**wide, "splits": 1}, {**wide, "sk": 2, "splits": 4}):  # the tile's build and its summed one
+        assert _built_widths(stubs, a=(64, 4000), b=(4000, 62), out=(64, 62), config=cfg) == (4, access.ODD_PAIRS, 2)
+        assert stubs.built[-1][3]["minb"] == 4
+        assert _built_widths(stubs, a=(64, 4000), b=(4000, 64), out=(64, 64), config=cfg) == 4
+        assert stubs.built[-1][3]["minb"] == 0
+        assert _built_widths(stubs, a=(64, 4000), b=(4000, 63), out=(64, 63), config=cfg) == (4, 1, 1)
+        assert stubs.built[-1][3]["minb"] == 0
     # the register pipeline reads A along its rows 16 bytes at a time where it can
     assert _built_widths(stubs, pa=PA + 4, config={**BIG, "stages": 0, "splits": 1}) == (1, 4, 4)
     assert _built_widths(stubs, pa=PA + 4, pb=PB + 4, pd=PD + 4, config={**BIG, "stages": 0, "splits": 1}) == 1

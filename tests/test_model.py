@@ -230,20 +230,40 @@ def test_narrow_reads_charge_latency_and_throughput_apart(fitted):
 
 
 def test_calibrations_with_odd_rows_label_the_builds_that_read_them(fitted, tmp_path):
-    """A calibration measured after the builds of model.ODD_ROWS_BUILDS read rows of odd length by
-    rows says so (``"odd_rows": true``): its rows of those builds on such shapes were read at width
-    ODD_ROWS ("read", what the fit charges), the rest as their shape allows; files without it were
-    read 4 bytes at a time.  "width" (the shape's, which groups a shape's rows) is the same."""
+    """A calibration measured after the builds of model.BY_ROWS_BUILDS[ODD_ROWS] read rows of odd
+    length by rows says so (``"odd_rows": true``): its rows of those builds on such shapes were read
+    at width ODD_ROWS ("read", what the fit charges), the rest as their shape allows; files without it
+    were read 4 bytes at a time.  Likewise one measured after the builds of
+    model.BY_ROWS_BUILDS[ODD_PAIRS] read rows of twice an odd length by rows (``"odd_pairs": true``):
+    its rows of those builds on such shapes (width 2) were read at ODD_PAIRS; files without it were
+    read 8 bytes at a time.  "width" (the shape's, which groups a shape's rows) is the same."""
     path = ROOT / "benchmarks" / "results" / "experiments" / fitted["fitted_on"][-1]
     doc = json.loads(path.read_text())
-    marked = tmp_path / path.name
-    marked.write_text(json.dumps({**doc, "odd_rows": True}))
-    before, _, _, _ = calibration.load_calibration([path])
-    after, _, _, _ = calibration.load_calibration([marked])
-    assert len(before) == len(after) and 1 in {r["width"] for r in before}
-    changed = 0
-    for b, a in zip(before, after):
-        on = b["width"] == 1 and model.build(b["candidate"]) in model.ODD_ROWS_BUILDS
-        assert b["read"] == b["width"] == a["width"] and a["read"] == (access.ODD_ROWS if on else b["width"])
-        changed += on
-    assert changed > 0
+    assert not doc.get("odd_rows") and not doc.get("odd_pairs")  # measured before both
+    files = {}
+    for flags in ((), ("odd_rows",), ("odd_pairs",), ("odd_rows", "odd_pairs")):
+        marked = tmp_path / "-".join(("marked",) + flags) / path.name
+        marked.parent.mkdir()
+        marked.write_text(json.dumps({**doc, **{f: True for f in flags}}))
+        files[flags] = calibration.load_calibration([marked])[0]
+    before = calibration.load_calibration([path])[0]
+    assert files[()] == before
+    assert {1, 2} <= {r["width"] for r in before}
+    for flags, after in files.items():
+        classes = {code for code, flag in ((access.ODD_ROWS, "odd_rows"), (access.ODD_PAIRS, "odd_pairs"))
+                   if flag in flags}
+        assert len(before) == len(after)
+        changed = dict.fromkeys(classes, 0)
+        for b, a in zip(before, after):
+            on = next((code for code in classes if b["width"] == access.ROW_CLASSES[code][1]
+                       and model.build(b["candidate"]) in model.BY_ROWS_BUILDS[code]), None)
+            assert b["read"] == b["width"] == a["width"] and a["read"] == (b["width"] if on is None else on)
+            if on is not None:
+                changed[on] += 1
+        assert all(n > 0 for n in changed.values()), (flags, changed)
+    # a build that reads only one class by rows keeps the other class's rows at the narrower width
+    both = files[("odd_rows", "odd_pairs")]
+    assert any(r["width"] == 2 and model.build(r["candidate"]) == "64x64s" and r["read"] == 2 for r in both)
+    assert any(r["width"] == 1 and model.build(r["candidate"]) == "64x128" and r["read"] == 1 for r in both)
+    assert any(r["width"] == 2 and model.build(r["candidate"]) == "64x128" and r["read"] == access.ODD_PAIRS
+               for r in both)

@@ -314,49 +314,114 @@ def test_family_widths_per_operand():
     # rows of odd length, by rows where the config takes them (access.ODD_ROWS): only an operand
     # copied along its rows, only with cp.async, only an odd leading dimension
     odd, off = (0x1000, 7), (0x1004, 8)
-    assert access.family_widths("NN", True, ok, odd, odd, odd_rows=True) == (4, 3, 1)
+    assert access.family_widths("NN", True, ok, odd, odd, classes=(access.ODD_ROWS,)) == (4, 3, 1)
     assert access.family_widths("NN", True, ok, odd, odd) == (4, 1, 1)  # a config that does not take them
-    assert access.family_widths("NN", False, ok, odd, ok, odd_rows=True) == (4, 1, 4)  # the register pipeline
-    assert access.family_widths("NN", True, ok, off, ok, odd_rows=True) == (4, 1, 4)  # every row 4 bytes off
-    assert access.family_widths("TN", True, odd, ok, ok, odd_rows=True) == (1, 4, 4)  # A's: not measured to pay
-    assert access.family_widths("NT", True, odd, odd, ok, odd_rows=True) == 4  # both copied across their rows
-    assert access.family_widths("TN", True, (0x1004, 6), odd, ok, odd_rows=True) == (1, 3, 4)
+    assert access.family_widths("NN", False, ok, odd, ok, classes=(access.ODD_ROWS,)) == (4, 1, 4)  # the register pipeline
+    assert access.family_widths("NN", True, ok, off, ok, classes=(access.ODD_ROWS,)) == (4, 1, 4)  # every row 4 bytes off
+    assert access.family_widths("TN", True, odd, ok, ok, classes=(access.ODD_ROWS,)) == (1, 4, 4)  # A's: not measured to pay
+    assert access.family_widths("NT", True, odd, odd, ok, classes=(access.ODD_ROWS,)) == 4  # both copied across their rows
+    assert access.family_widths("TN", True, (0x1004, 6), odd, ok, classes=(access.ODD_ROWS,)) == (1, 3, 4)
+    # rows of twice an odd length from an 8-byte aligned start (access.ODD_PAIRS), likewise: only B
+    # copied along its rows, only with cp.async, only a leading dimension of 2 mod 4, only a config
+    # that takes the class
+    both = (access.ODD_ROWS, access.ODD_PAIRS)
+    eight = (0x1008, 8)  # ld 0 mod 4 from an 8-byte aligned start: every row 8 bytes off
+    assert access.family_widths("NN", True, ok, pair, ok, classes=both) == (4, access.ODD_PAIRS, 4)
+    assert access.family_widths("NN", True, ok, pair, pair, classes=(access.ODD_PAIRS,)) == (4, 6, 2)
+    assert access.family_widths("NN", True, ok, pair, ok, classes=(access.ODD_ROWS,)) == (4, 2, 4)  # not taken
+    assert access.family_widths("NN", True, ok, pair, ok) == (4, 2, 4)
+    assert access.family_widths("NN", True, ok, eight, ok, classes=both) == (4, 2, 4)  # every row 8 bytes off
+    assert access.family_widths("NN", False, ok, pair, ok, classes=both) == (4, 2, 4)  # the register pipeline
+    assert access.family_widths("TN", True, pair, ok, ok, classes=both) == (2, 4, 4)  # A's: never
+    assert access.family_widths("NT", True, pair, pair, ok, classes=both) == 4  # both copied across their rows
+    assert access.family_widths("NN", True, ok, odd, ok, classes=both) == (4, access.ODD_ROWS, 4)
+    assert access.family_widths("NN", True, ok, odd, ok, classes=(access.ODD_PAIRS,)) == (4, 1, 4)
+    assert access.family_widths("TN", True, (0x1004, 6), pair, ok, classes=both) == (1, access.ODD_PAIRS, 4)
+    assert access.row_class(2, 6) == access.ODD_PAIRS and access.row_class(1, 7) == access.ODD_ROWS
+    assert access.row_class(2, 8) is None and access.row_class(4, 6) is None and access.row_class(1, 6) is None
 
 
-def test_odd_rows_by_build():
-    """The builds of model.ODD_ROWS_BUILDS read rows of odd length by rows, and the model charges them
-    NARROW_SHARE[ODD_ROWS] of the narrow reads' cost; the others 4 bytes at a time, charged in full."""
+def test_rows_by_rows_by_build():
+    """The builds of model.BY_ROWS_BUILDS[code] read rows of each class of access.ROW_CLASSES by rows
+    (ODD_ROWS: rows of odd length; ODD_PAIRS: of twice an odd length), and the model charges them
+    NARROW_SHARE[code] of the narrow reads' cost; the others read them at the narrower width (4 or
+    8 bytes), charged in full for it."""
     F = registry.FAMILY
     kinds = {0: "", 1: " stream-K", 2: " summed"}
-    on = {name + kinds[sk] for name, cfg in model.TILES.items() for sk in (0, 1, 2)
-          if model.odd_rows(F.params({**cfg, "sk": sk}))}
-    assert on == set(model.ODD_ROWS_BUILDS)
-    assert all(registry.family_odd_rows(F.params(cfg)) for cfg in model.TILES.values())
-    assert not registry.family_odd_rows(F.params({**model.TILES["128x128"], "stages": 0}))
-    assert not model.odd_rows(F.params({**model.TILES["256x128"], "sk": 1}))  # not in the list
+    for code in access.ROW_CLASSES:
+        on = {name + kinds[sk] for name, cfg in model.TILES.items() for sk in (0, 1, 2)
+              if model.by_rows(F.params({**cfg, "sk": sk}), code)}
+        assert on == set(model.BY_ROWS_BUILDS[code]), code
+    assert set(model.BY_ROWS_BUILDS) == set(access.ROW_CLASSES) == {access.ODD_ROWS, access.ODD_PAIRS}
+    assert access.ROW_CLASSES == {access.ODD_ROWS: (2, 1), access.ODD_PAIRS: (4, 2)}
+    # the kernel takes a class where B's tile splits into whole copies of both widths per thread
+    assert all(access.ODD_ROWS in registry.family_row_classes(F.params(cfg)) for cfg in model.TILES.values())
+    assert all(access.ODD_PAIRS in registry.family_row_classes(F.params(model.TILES[b.split()[0]]))
+               for b in model.BY_ROWS_BUILDS[access.ODD_PAIRS])
+    for name in ("256x128", "128x64", "64x64s", "128x128w"):  # B's tile: no whole 16-byte copies per thread
+        assert access.ODD_PAIRS not in registry.family_row_classes(F.params(model.TILES[name])), name
+        assert not any(b.split()[0] == name for b in model.BY_ROWS_BUILDS[access.ODD_PAIRS]), name
+    assert registry.family_row_classes(F.params(model.TILES["128x128"])) == (access.ODD_ROWS, access.ODD_PAIRS)
+    assert registry.family_row_classes(F.params({**model.TILES["128x128"], "stages": 0})) == ()
+    assert not model.by_rows(F.params({**model.TILES["256x128"], "sk": 1}), access.ODD_ROWS)  # not in the list
+    assert not model.by_rows(F.params(model.TILES["256x128"]), access.ODD_PAIRS)
+    assert not model.by_rows(F.params(model.TILES["64x64s"]), access.ODD_PAIRS)  # by rows of odd length only
+    assert model.by_rows(F.params(model.TILES["64x64s"]), access.ODD_ROWS) == F.params(model.TILES["64x64s"])
+    assert not model.by_rows(F.params(model.TILES["64x128"]), access.ODD_ROWS)  # by rows of twice an odd length only
+    # the variants that keep their blocks an SM (BY_ROWS_MINB)
     sk = F.params({**model.TILES["64x64f"], "sk": 1})
-    assert model.odd_rows(sk) == {**sk, "minb": model.ODD_ROWS_MINB["64x64f stream-K"]}  # keeps its blocks an SM
-    assert model.odd_rows(F.params(model.TILES["64x64f"])) == F.params(model.TILES["64x64f"])
-    assert not model.odd_rows(F.params({**model.TILES["128x128"], "tm": 8, "ln": 4, "minb": 1}))  # no candidate's
+    for code in access.ROW_CLASSES:
+        assert model.BY_ROWS_MINB[code]["64x64f stream-K"] == 5
+        assert model.by_rows(sk, code) == {**sk, "minb": 5}  # keeps its blocks an SM
+        assert model.by_rows(F.params(model.TILES["64x64f"]), code) == F.params(model.TILES["64x64f"])
+        assert not model.by_rows(F.params({**model.TILES["128x128"], "tm": 8, "ln": 4, "minb": 1}), code)  # no candidate's
+        assert not model.by_rows(F.params({**model.TILES["128x128"], "mma": 1}), code)  # the tensor cores
+    assert model.BY_ROWS_MINB[access.ODD_PAIRS]["64x128"] == model.BY_ROWS_MINB[access.ODD_PAIRS]["64x128 summed"] == 4
+    for sk in (0, 2):
+        q = F.params({**model.TILES["64x128"], "sk": sk})
+        assert q["minb"] == 0 and model.by_rows(q, access.ODD_PAIRS) == {**q, "minb": 4}
+    q = F.params(model.TILES["128x128"])
+    assert model.by_rows(q, access.ODD_PAIRS) == model.by_rows(q, access.ODD_ROWS) == q  # the tile's own minb
+    # the width each build is charged for
     assert model.read_width("128x128 split8 summed", 1) == access.ODD_ROWS
-    assert model.read_width("256x128 stream-K", 1) == 1 and model.read_width("128x128", 2) == 2
+    assert model.read_width("256x128 stream-K", 1) == 1
+    assert model.read_width("128x128", 2) == access.ODD_PAIRS
+    assert model.read_width("128x128 split8 summed", 2) == access.ODD_PAIRS
+    assert model.read_width("128x64", 2) == 2 and model.read_width("64x64s", 2) == 2  # not in the list
+    assert model.read_width("64x128", 2) == access.ODD_PAIRS and model.read_width("64x128", 1) == 1
+    assert model.read_width("128x128", 2, classes=(access.ODD_ROWS,)) == 2  # a calibration before the class
+    assert model.read_width("128x128", 1, classes=(access.ODD_PAIRS,)) == 1
+    assert model.read_width("128x128", 1, classes=()) == 1 and model.read_width("128x128", 2, classes=()) == 2
     assert model.read_width("128x128", 1, a_width=1) == 1  # A's rows (TN) are read 4 bytes at a time
     assert model.read_width("128x128", 1, a_width=2) == access.ODD_ROWS  # the costlier of the two
+    assert model.read_width("128x128", 2, a_width=2) == 2  # A's rows (TN) at 8 bytes: never by rows
+    assert model.read_width("128x128", 2, a_width=1) == 1
     assert model.read_width("128x128", 4, a_width=2) == 2
     assert access.row_widths("TN", 1001, 1000, 64) == (1, 4) and access.row_widths("NN", 1000, 1001, 64) == (4, 1)
     assert access.row_widths("NT", 1001, 1001, 64) == (4, 4)
+    assert access.row_widths("NN", 500, 1002, 8000) == (4, 2)
     assert 0.5 < model.NARROW_SHARE[access.ODD_ROWS] < 1.0
+    assert 0.0 < model.NARROW_SHARE[access.ODD_PAIRS] < model.NARROW_SHARE[2]
     c = {f"128x128.{k}": v for k, v in dict(f=5.0, a=1.0, b=0.5, u=0.4, l=0.2, v=0.0).items()}
     c.update(red0=3.0, red1=0.004, hand=5.0, summed=2.0, launch=3.0)
     cfg = {**model.TILES["128x128"], "splits": 1}
-    t = {w: model.predict(c, "128x128", cfg, 500, 1001, 8000, 1, 2, 132, w) for w in (4, 2, access.ODD_ROWS, 1)}
-    assert t[4] < t[2] < t[access.ODD_ROWS] < t[1]
+    t = {w: model.predict(c, "128x128", cfg, 500, 1001, 8000, 1, 2, 132, w)
+         for w in (4, access.ODD_PAIRS, 2, access.ODD_ROWS, 1)}
+    assert t[4] < t[access.ODD_PAIRS] < t[2] < t[access.ODD_ROWS] < t[1]
     ranked = {n: p for n, _, p in model.ranked(c, {"128x128": 2}, 500, 1001, 8000, 1, 132)}
     assert ranked["128x128"] == pytest.approx(model.predict(c, "128x128", cfg, 500, 1001, 8000, 1, 2, 132,
                                                             access.ODD_ROWS, access.out_width(1001)))
+    # N = 2 mod 4: B's rows of twice an odd length, read by rows in the 128 x 128 build
+    ranked = {n: p for n, _, p in model.ranked(c, {"128x128": 2}, 500, 1002, 8000, 1, 132)}
+    assert ranked["128x128"] == pytest.approx(model.predict(c, "128x128", cfg, 500, 1002, 8000, 1, 2, 132,
+                                                            access.ODD_PAIRS, access.out_width(1002)))
+    assert ranked["128x128"] < model.predict(c, "128x128", cfg, 500, 1002, 8000, 1, 2, 132, 2, access.out_width(1002))
     # TN with A's rows of odd length (M odd) and B's aligned: A read 4 bytes at a time, charged in full
     tn = {n: p for n, _, p in model.ranked(c, {"128x128": 2}, 501, 1000, 8000, 1, 132, "TN")}
     assert tn["128x128"] == pytest.approx(model.predict(c, "128x128", cfg, 501, 1000, 8000, 1, 2, 132, 1, 4))
+    # TN with A's rows of twice an odd length (M = 2 mod 4): A read 8 bytes at a time, charged in full
+    tn = {n: p for n, _, p in model.ranked(c, {"128x128": 2}, 502, 1000, 8000, 1, 132, "TN")}
+    assert tn["128x128"] == pytest.approx(model.predict(c, "128x128", cfg, 502, 1000, 8000, 1, 2, 132, 2, 4))
 
 
 @pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])

@@ -97,12 +97,6 @@ def row_widths(layout: str, M: int, N: int, K: int, count: int = 1, pairs: bool 
     return a, b
 
 
-def row_width(layout: str, M: int, N: int, K: int, count: int = 1, pairs: bool = True, odd: bool = True) -> int:
-    """The narrower of ``row_widths``: what the cost model charges for (model.NARROW_SHARE), before
-    the builds that read B's rows of odd length by rows (model.read_width)."""
-    return min(row_widths(layout, M, N, K, count, pairs, odd))
-
-
 def out_width(N: int, pairs: bool = True) -> int:
     """The access width (floats) with which the family stores a contiguous row-major result of N
     columns (rows of N floats, 256-byte aligned): 4, 2 (``pairs``: the kernels take 8-byte
@@ -124,12 +118,9 @@ ROW_CLASSES = {ODD_ROWS: (2, 1), ODD_PAIRS: (4, 2)}  # code: (the wider width, t
 def row_class(width: int, ld: int) -> int | None:
     """The width code (ROW_CLASSES) with which rows of leading dimension ``ld`` can be copied by
     rows, for an operand whose access width (``vector_width`` with pairs) is ``width``; None when
-    every row starts alike."""
-    if width == 1 and ld % 2:
-        return ODD_ROWS
-    if width == 2 and ld % 4 == 2:
-        return ODD_PAIRS
-    return None
+    every row starts alike: rows ``lo`` floats aligned whose length is ``lo`` past a multiple of ``hi``
+    start alternately ``hi`` and ``lo`` floats aligned."""
+    return next((code for code, (hi, lo) in ROW_CLASSES.items() if width == lo and ld % hi == lo), None)
 
 
 def family_widths(layout: str, copies: bool, a: tuple, b: tuple, d: tuple | None,

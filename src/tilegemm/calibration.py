@@ -95,12 +95,17 @@ def residual_rows(rows: list[dict], c: dict, per_sm: dict, sms: int) -> dict:
     return out
 
 
+# The flag a calibration file carries when its builds (model.BY_ROWS_BUILDS) read that class of rows
+# (access.ROW_CLASSES) by rows; scripts/calibrate.py writes them all
+ROW_CLASS_FLAGS = {access.ODD_ROWS: "odd_rows", access.ODD_PAIRS: "odd_pairs"}
+
+
 def load_calibration(paths) -> tuple[list[dict], dict, int, str]:
     """(rows, blocks per SM by build (model.build), SMs, GPU name) of calibration files of one GPU;
     rows of tile configs the model no longer runs (``model.current``) or no longer offers for the
     row's shape (``model.candidates``) are left out, and the blocks per SM of builds no row is left of.
     Each row gets the access widths its operands allow and its result was stored with
-    (access.row_width, out_width; "width", "out_width") and the width its candidate read with, as the
+    (the narrower of access.row_widths, and out_width; "width", "out_width") and the width its candidate read with, as the
     model charges it ("read", model.read_width): files measured before the kernels took
     8-byte accesses lack ``"pairs": true``, and those measured before rows read 4 bytes at a time
     were copied from ``access.ODD_COPY_MACS_PER_ELEMENT`` lack ``"odd_copies": true``; those measured
@@ -111,8 +116,7 @@ def load_calibration(paths) -> tuple[list[dict], dict, int, str]:
     for p in paths:
         d = _read(p, gpu)
         offered = {}
-        classes = tuple(code for code, flag in ((access.ODD_ROWS, "odd_rows"), (access.ODD_PAIRS, "odd_pairs"))
-                        if d.get(flag))  # the classes of rows its builds read by rows
+        classes = tuple(code for code, flag in ROW_CLASS_FLAGS.items() if d.get(flag))  # read by rows
         builds = {model.build(name): n for name, n in d["blocks_per_sm"].items()}  # for the filling split counts
         for r in d["rows"]:
             key = (r["M"], r["N"], r["K"], r["batch"])

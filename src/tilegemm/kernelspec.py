@@ -9,7 +9,7 @@ import numbers
 from dataclasses import dataclass
 from typing import Callable
 
-from . import compiler
+from . import access, compiler
 from .errors import ConfigError
 from .occupancy import Limits
 
@@ -107,7 +107,7 @@ class KernelSpec:
         d["TG_TRANS_B"] = int(layout[1] == "T")
         if self.vec:
             widths = (vec,) * 3 if isinstance(vec, int) else tuple(vec)
-            by_rows = (3, 6) if self.row_classes else ()  # two widths by rows (access.ROW_CLASSES): A and B
+            by_rows = tuple(access.ROW_CLASSES) if self.row_classes else ()  # two widths by rows: A and B
             also = " (A and B also 3 or 6: two widths by rows)" if self.row_classes else ""
             if len(widths) != 3 or any(w not in (1, 2, 4) + (by_rows if i < 2 else ()) for i, w in enumerate(widths)):
                 raise ValueError(f"vec must be 4, 2 or 1, or one of those per operand (A, B, D){also}, got {vec!r}")

@@ -9,7 +9,7 @@ The model, in microseconds.  A tile config T has six constants: ``f`` (a block's
 prologue, epilogue), ``a`` (one k-iteration of a block alone on an SM, bound by latency), ``b``
 (the SM's time per k-iteration per resident block when several share it, bound by throughput),
 ``u`` and ``l`` (the share a k-iteration takes longer when an operand copied along its rows is read
-4 bytes at a time: rows not 16-byte aligned, not copied; access.row_width; ``u`` where the SM's
+4 bytes at a time: rows not 16-byte aligned, not copied; access.row_widths; ``u`` where the SM's
 throughput binds, ``l`` where a lone block's latency does) and ``v`` (an SM's time per million
 elements of the result stored 4 bytes at a time: its rows not 16-byte aligned; access.out_width).
 An SM holding q blocks of i iterations each takes ``f + i * max(wl * a, wu * q * b)``,
@@ -77,7 +77,7 @@ GLOBALS = ("red0", "red1", "hand", "summed", "launch")
 RESIDUALS_LAYOUT = "NN"  # the layout of the main and small sets' calibrations, whose residuals correct them (residuals.py)
 SMALL_ONLY = ("32x32",)  # offered only for products below SMALL_MACS multiply-adds
 SMALL_MACS = 1024**3  # the bench draw's smallest product (suites.DRAW), the small set's bound
-# The share of the narrow-access costs ``u`` and ``l`` paid at each width (access.row_width): 8-byte accesses
+# The share of the narrow-access costs ``u`` and ``l`` paid at each width (access.row_widths): 8-byte accesses
 # recovered 49% of the log-time gap between 4- and 16-byte ones on two probes of 20 and 16 shapes
 # (docs/perf-notes.md, "8-byte accesses"), so they pay half.
 # Rows read by rows at two widths (access.ROW_CLASSES) take 3/4 of the narrower width's copies.  Rows
@@ -101,6 +101,7 @@ BY_ROWS_BUILDS = {
     access.ODD_PAIRS: ("128x256", "128x128", "128x128 stream-K", "128x128 summed", "64x256", "64x128",
                        "64x128 summed", "64x64f", "64x64f stream-K", "64x64f summed"),
 }
+
 
 def set_for(table: dict, M: int, N: int, K: int, count: int, layout: str = "NN") -> dict:
     """The set of a model table that serves this shape: its small products' set below that set's
@@ -186,6 +187,7 @@ def read_width(name: str, width: int, a_width: int = 4, classes: tuple = tuple(a
 BY_ROWS_MINB = {access.ODD_ROWS: {"64x64f stream-K": 5},
                 access.ODD_PAIRS: {"64x64f stream-K": 5, "64x128": 4, "64x128 summed": 4}}
 
+
 def by_rows(params: dict, code: int) -> dict | None:
     """The parameters with which the family config ``params`` (every parameter given) reads rows of
     class ``code`` (access.ROW_CLASSES) by rows: ``params`` (minb from BY_ROWS_MINB where it names the
@@ -199,6 +201,7 @@ def by_rows(params: dict, code: int) -> dict | None:
                 return None
             return {**params, "minb": BY_ROWS_MINB[code].get(b, params["minb"])}
     return None
+
 
 def current(name: str, cfg: dict) -> bool:
     """Whether ``cfg`` (a calibration row's config) is the tile config that candidate ``name`` runs
@@ -222,7 +225,7 @@ def _waves(c: dict, tile: str, blocks: int, per_sm: int, iters: int, sms: int, w
 def predict(c: dict, name: str, cfg: dict, M: int, N: int, K: int, count: int, per_sm: int, sms: int,
             width: int = 4, out_width: int = 4) -> float:
     """Predicted microseconds of candidate ``name`` (config ``cfg``, ``per_sm`` blocks per SM), its
-    operands copied along their rows ``width`` floats at a time (access.row_width), the result
+    operands copied along their rows ``width`` floats at a time (access.row_widths), the result
     stored ``out_width`` floats at a time (access.out_width)."""
     tile = name.split()[0]
     return _predict(c, tile, cfg, M, N, K, count, per_sm, sms, width) + (

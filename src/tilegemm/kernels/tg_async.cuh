@@ -256,14 +256,19 @@ struct RowClassTile {
     __device__ __forceinline__ void next(int bk, tg_idx ld) { base += bk * ld; }
 };
 
-// AsyncTile, or RowClassTile for a tile copied along its rows with TG_VEC_x = 3 or 6
-template <int VEC> struct TgRowClass { static constexpr int HI = VEC == 3 ? 2 : VEC == 6 ? 4 : 0; };
+// AsyncTile, or RowClassTile for a tile copied along its rows with TG_VEC_x = 3 or 6 (access.ROW_CLASSES):
+// HI its wider width, 0 for a plain width; PLAIN the width AsyncTile copies at (the narrower one)
+template <int VEC> struct TgRowClass {
+    static constexpr int HI = VEC == 3 ? 2 : VEC == 6 ? 4 : 0;
+    static constexpr int PLAIN = HI ? HI / 2 : VEC;
+};
 template <bool ODD, typename Plain, typename Odd> struct TgPick { typedef Plain type; };
 template <typename Plain, typename Odd> struct TgPick<true, Plain, Odd> { typedef Odd type; };
 template <int ROWS, int COLS, int THREADS, bool TRANSPOSED, int LD, int VEC>
 using TgTile = typename TgPick<TgRowClass<VEC>::HI != 0 && !TRANSPOSED,
-                               AsyncTile<ROWS, COLS, THREADS, TRANSPOSED, LD, VEC == 3 ? 1 : VEC == 6 ? 2 : VEC>,
+                               AsyncTile<ROWS, COLS, THREADS, TRANSPOSED, LD, TgRowClass<VEC>::PLAIN>,
                                RowClassTile<ROWS, COLS, THREADS, LD, TgRowClass<VEC>::HI>>::type;
+
 // The two operands of C = A B as AsyncTiles (global orientation from TG_TRANS_A / TG_TRANS_B).
 template <int BM_, int BN_, int BK_, int THREADS, int LDA, int LDB>
 struct AsyncOperands {

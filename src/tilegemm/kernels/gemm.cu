@@ -287,8 +287,10 @@ __device__ __forceinline__ void k_loop_async(float (*acc)[TN], float *smem, cons
 #if STAGES >= 2
     constexpr int SA = BK * LDA_S, SS = SA + BK * LDB_S;  // floats: A tile, whole stage [A | B]
     // WB: each stage's B holds the raw windows; the fragments read B from two realigned tiles after
-    // the stages (XB), tile t's at xo, realigned two tiles ahead: at the barrier that ends tile t,
-    // tile t+2 has landed (STAGES - 3 tiles left in flight) and nobody reads tile t's any more
+    // the stages (XB), tile t's at xo.  Tile t+1 is realigned while tile t is read, between its first
+    // k steps' FFMAs (after the barrier that ended tile t-1 it has landed, STAGES - 3 tiles being left
+    // in flight, and nobody reads tile t-1's realigned B any more); done between the barrier and the
+    // next tile's fragment reads it cost 10-17% (its shared-memory round trip in line)
     constexpr int XB = STAGES * SS, XS = BK * LDB_S, LAG = WB ? STAGES - 3 : STAGES - 2;
     const unsigned s0 = tg_smem(smem);
     const int T = (K + BK - 1) / BK;   // tiles; the first holds k in [K - T*BK, K - (T-1)*BK)
@@ -301,7 +303,6 @@ __device__ __forceinline__ void k_loop_async(float (*acc)[TN], float *smem, cons
     __syncthreads();
 #if WB
     g.b.realign(smem + SA, smem + XB, tid);
-    g.b.realign(smem + SS + SA, smem + XB + XS, tid);
     __syncthreads();
 #endif
     float a[2][TM], b[2][TN];
@@ -319,12 +320,14 @@ __device__ __forceinline__ void k_loop_async(float (*acc)[TN], float *smem, cons
             frag<TM / 4, ROWS_T * 4>(a[(k + 1) % 2], as + (k + 1) * LDA_S);
             frag<TN / 4, COLS_T * 4>(b[(k + 1) % 2], bs + (k + 1) * LDB_S);
             outer(acc, a[k % 2], b[k % 2]);
+#if WB
+            if (k == 0)  // tile t+1's raw B (past the last tile: what is there, never read) -> the other buffer
+                g.b.realign(smem + (ro == (STAGES - 1) * SS ? 0 : ro + SS) + SA, smem + XB + (xo ^ XS), tid);
+#endif
         }
         tg_cp_wait<LAG>();  // this thread's copies of tile t+1 (WB: t+2) have landed...
         __syncthreads();    // ...and everyone's; everyone is done reading tile t
 #if WB
-        const int r2 = ro + 2 * SS < STAGES * SS ? ro + 2 * SS : ro + 2 * SS - STAGES * SS;  // tile t+2's stage
-        g.b.realign(smem + r2 + SA, smem + XB + xo, tid);  // past the last tile: realigns what is there, unread
         xo ^= XS;
 #endif
         wo = ro;

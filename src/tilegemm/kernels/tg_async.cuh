@@ -274,15 +274,22 @@ struct WindowTile {
     typedef AsyncTile<ROWS, COLS, THREADS, false, LD, 4> Main;  // chunks 0 .. COLS/4 - 1 of every row
     static constexpr int P = ROWS * COLS / (4 * THREADS);       // float4s each thread realigns
     static_assert(ROWS % 4 == 0 && ROWS <= THREADS, "k tiles of whole 4-row periods; a last chunk per row per thread");
-    static_assert(P >= 1 && P * 4 * THREADS == ROWS * COLS && COLS % (4 * P) == 0 && LD >= COLS + 4,
-                  "whole float4 runs per thread inside a row; room for the extra chunk");
+    static_assert(P >= 1 && P * 4 * THREADS == ROWS * COLS && LD >= COLS + 4,
+                  "whole float4s per thread; room for the extra chunk");
     Main main;
     tg_off ox;  // the extra chunk (chunk COLS/4 of row tid, threads tid < ROWS): its offset and bytes
     int nbx;
-    int er;     // the shift of the row this thread realigns
+    int er[P];  // the shifts of the rows of the float4s this thread realigns
 
     __device__ __forceinline__ static int shift(const float *p) {
         return (int)((reinterpret_cast<unsigned long long>(p) >> 2) & 3);
+    }
+    // float4 j of thread tid in the tile: consecutive threads take consecutive float4s of a row, so a
+    // quarter warp's 16-byte accesses are one contiguous 128 bytes (no bank conflicts)
+    __device__ __forceinline__ static void at(int j, int tid, int &r, int &c) {
+        const int f = tid + j * THREADS;
+        r = f / (COLS / 4);
+        c = (f % (COLS / 4)) * 4;
     }
     // offset and bytes of the chunk at column c of row r of the window (b0: the tile's element (0, 0),
     // at column c0 of a view cols wide)
@@ -301,7 +308,12 @@ struct WindowTile {
             chunk(b0, ld, r, c, c0, cols, main.o[i], main.nb[i]);
         }
         chunk(b0, ld, tid < ROWS ? tid : 0, COLS, c0, cols, ox, nbx);
-        er = shift(b0 + (tg_idx)((tid * 4 * P) / COLS) * ld);
+#pragma unroll
+        for (int j = 0; j < P; ++j) {
+            int r, c;
+            at(j, tid, r, c);
+            er[j] = shift(b0 + (tg_idx)r * ld);
+        }
     }
     template <bool FIRST>
     __device__ __forceinline__ void copy(unsigned s, bool on, int k_lo, const float *safe, int tid) const {
@@ -311,19 +323,22 @@ struct WindowTile {
         tg_cp_async<16>(s + 4u * (tid * LD + COLS), in ? main.base + ox : safe, in ? nbx : 0, on && tid < ROWS);
     }
     __device__ __forceinline__ void next(int bk, tg_idx ld) { main.next(bk, ld); }
-    // the raw tile at raw -> the aligned tile at out (both LD floats a row): this thread's P float4s
+    // the raw tile at raw -> the aligned tile at out (both LD floats a row): this thread's P float4s,
+    // each from the raw chunk at its column and the next
     __device__ __forceinline__ void realign(const float *raw, float *out, int tid) const {
-        const int q = tid * 4 * P, r = q / COLS, c = q % COLS;
-        float v[4 * P + 4], w[4 * P + 2];
 #pragma unroll
-        for (int j = 0; j <= P; ++j) *reinterpret_cast<float4 *>(v + 4 * j) = *reinterpret_cast<const float4 *>(raw + r * LD + c + 4 * j);
+        for (int j = 0; j < P; ++j) {
+            int r, c;
+            at(j, tid, r, c);
+            const float4 lo = *reinterpret_cast<const float4 *>(raw + r * LD + c);
+            const float4 hi = *reinterpret_cast<const float4 *>(raw + r * LD + c + 4);
+            const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+            float w[6];
 #pragma unroll
-        for (int i = 0; i < 4 * P + 2; ++i) w[i] = (er & 1) ? v[i + 1] : v[i];
-#pragma unroll
-        for (int j = 0; j < P; ++j)
-            *reinterpret_cast<float4 *>(out + r * LD + c + 4 * j) =
-                (er & 2) ? make_float4(w[4 * j + 2], w[4 * j + 3], w[4 * j + 4], w[4 * j + 5])
-                         : make_float4(w[4 * j], w[4 * j + 1], w[4 * j + 2], w[4 * j + 3]);
+            for (int i = 0; i < 6; ++i) w[i] = (er[j] & 1) ? v[i + 1] : v[i];
+            *reinterpret_cast<float4 *>(out + r * LD + c) =
+                (er[j] & 2) ? make_float4(w[2], w[3], w[4], w[5]) : make_float4(w[0], w[1], w[2], w[3]);
+        }
     }
 };
 

@@ -240,11 +240,9 @@ def family_buffers(p) -> int:
 
 
 def family_smem(p) -> int:
-    """Dynamic shared memory of gemm.cu: per buffer a BK x (BM+4) and a BK x (BN+4) tile, and with
-    wb = 1 two more BK x (BN+4) tiles (B realigned); with ks k slices at least the ks - 1 tiles of sums
-    handed to slice 0 (they reuse the buffers)."""
-    tiles = family_buffers(p) * p["bk"] * (p["bm"] + p["bn"] + 8) + 2 * p.get("wb", 0) * p["bk"] * (p["bn"] + 4)
-    return max(tiles, (p.get("ks", 1) - 1) * p["bm"] * p["bn"]) * 4
+    """Dynamic shared memory of gemm.cu: per buffer a BK x (BM+4) and a BK x (BN+4) tile; with ks k
+    slices at least the ks - 1 tiles of sums handed to slice 0 (they reuse the buffers)."""
+    return max(family_buffers(p) * p["bk"] * (p["bm"] + p["bn"] + 8), (p.get("ks", 1) - 1) * p["bm"] * p["bn"]) * 4
 
 
 def family_regs_estimate(p) -> int:
@@ -279,10 +277,7 @@ FAMILY_CONSTRAINTS = (
                           ((p["bm"], p["bk"]), (p["bk"], p["bm"]), (p["bk"], p["bn"]), (p["bn"], p["bk"])))),
     _c("stages is 0 (through registers) or 2..8 (cp.async); with cp.async, bk is 4 or a multiple of 8",
        lambda p, lim: p["stages"] == 0 or (2 <= p["stages"] <= 8 and (p["bk"] == 4 or p["bk"] % 8 == 0))),
-    _c("wb (B's rows through 16-byte windows, realigned in shared memory) is 0, or 1 with stages >= 3 and mma = 0",
-       lambda p, lim: p["wb"] == 0 or (p["wb"] == 1 and p["stages"] >= 3 and p["mma"] == 0)),
-    _c("max(max(2, stages) * bk * (bm + bn + 8) + 2 * wb * bk * (bn + 4), (ks - 1) * bm * bn) * 4 bytes "
-       "<= shared memory per block",
+    _c("max(max(2, stages) * bk * (bm + bn + 8), (ks - 1) * bm * bn) * 4 bytes <= shared memory per block",
        lambda p, lim: family_smem(p) <= lim.smem_per_block_optin),
     _c("minb >= 0, and minb blocks fit on an SM (threads, shared memory, >= the register estimate)",
        lambda p, lim: p["minb"] >= 0 and p["minb"] * family_threads(p) <= lim.max_threads_per_sm
@@ -312,7 +307,7 @@ FAMILY = KernelSpec(
     source="beyond the sources: rung 8 generalised (docs/perf-notes.md)",
     # the best config of the H100/H200 sweeps at 4096^3 and 8192^3 (selection.HUGE; rung 8's shape)
     defaults={"bm": 256, "bn": 128, "bk": 8, "tm": 16, "tn": 8, "ln": 2, "minb": 1, "swizzle": 8,
-              "stages": 3, "splits": 1, "order": 1, "sk": 0, "mma": 0, "ks": 1, "wb": 0},
+              "stages": 3, "splits": 1, "order": 1, "sk": 0, "mma": 0, "ks": 1},
     block=lambda p: (family_threads(p), 1, 1),
     tile=lambda p: (p["bm"], p["bn"]),
     smem=family_smem,

@@ -87,9 +87,6 @@
 #ifndef MMA
 #define MMA 0
 #endif
-#ifndef WB
-#define WB 0
-#endif
 #ifndef KS
 #define KS 1
 #endif
@@ -119,8 +116,6 @@ static_assert(32 % LN == 0 && COLS_T % LN == 0 && ROWS_T % LM == 0, "warps tile 
 static_assert(NT % 32 == 0 && NT <= 1024, "whole warps, at most 1024 threads");
 static_assert(BK % 4 == 0, "BK is a multiple of 4 (float4 loads along k)");
 static_assert(STAGES == 0 || (STAGES >= 2 && STAGES <= 8), "STAGES is 0 or 2..8");
-static_assert(WB == 0 || (WB == 1 && STAGES >= 3 && MMA == 0 && TG_TRANS_B == 0 && BK % 4 == 0),
-              "WB = 1 (B through windows) takes STAGES >= 3, MMA = 0, B as stored and BK a multiple of 4");
 static_assert(ORDER == 0 || ORDER == 1, "ORDER is 0 (rows) or 1 (serpentine)");
 static_assert(MMA == 0 || (TM == 8 && TN == 8 && BM % 64 == 0 && BN % 32 == 0 && BK % 8 == 0 && STAGES >= 2),
               "MMA: 8 x 8 per lane, warps of 64 x 32, BK a multiple of 8, a cp.async pipeline");
@@ -286,54 +281,36 @@ __device__ __forceinline__ void k_loop_async(float (*acc)[TN], float *smem, cons
                                              int n0, int tid, int ao, int bo) {
 #if STAGES >= 2
     constexpr int SA = BK * LDA_S, SS = SA + BK * LDB_S;  // floats: A tile, whole stage [A | B]
-    // WB: each stage's B holds the raw windows; the fragments read B from two realigned tiles after
-    // the stages (XB), tile t's at xo.  Tile t+1 is realigned while tile t is read, between its first
-    // k steps' FFMAs (after the barrier that ended tile t-1 it has landed, STAGES - 3 tiles being left
-    // in flight, and nobody reads tile t-1's realigned B any more); done between the barrier and the
-    // next tile's fragment reads it cost 10-17% (its shared-memory round trip in line)
-    constexpr int XB = STAGES * SS, XS = BK * LDB_S, LAG = WB ? STAGES - 3 : STAGES - 2;
     const unsigned s0 = tg_smem(smem);
     const int T = (K + BK - 1) / BK;   // tiles; the first holds k in [K - T*BK, K - (T-1)*BK)
-    AsyncOperands<BM, BN, BK, NT, LDA_S, LDB_S, (bool)WB> g;
+    AsyncOperands<BM, BN, BK, NT, LDA_S, LDB_S> g;
     g.init(A, lda, B, ldb, M, N, K, m0, n0, K - T * BK, tid);
     g.template copy<true>(s0, s0 + 4 * SA, true, lda, ldb, tid);
 #pragma unroll
     for (int s = 1; s < STAGES - 1; ++s) g.template copy<false>(s0 + 4 * s * SS, s0 + 4 * (s * SS + SA), s < T, lda, ldb, tid);
-    tg_cp_wait<LAG>();
+    tg_cp_wait<STAGES - 2>();
     __syncthreads();
-#if WB
-    g.b.realign(smem + SA, smem + XB, tid);
-    __syncthreads();
-#endif
     float a[2][TM], b[2][TN];
-    const float *as0 = smem + ao, *bs0 = smem + (WB ? XB : SA) + bo;  // this thread's fragments in stage 0
+    const float *as0 = smem + ao, *bs0 = smem + SA + bo;  // this thread's fragments in stage 0
     frag<TM / 4, ROWS_T * 4>(a[0], as0);
     frag<TN / 4, COLS_T * 4>(b[0], bs0);
 
     int ro = 0, wo = (STAGES - 1) * SS;  // offsets of the stage read now (tile t) and filled now
-    int xo = 0;                          // WB: offset of tile t's realigned B
     for (int t = 0; t < T; ++t) {
         g.template copy<false>(s0 + 4 * wo, s0 + 4 * (wo + SA), t + STAGES - 1 < T, lda, ldb, tid);
-        const float *as = as0 + ro, *bs = bs0 + (WB ? xo : ro);
+        const float *as = as0 + ro, *bs = bs0 + ro;
 #pragma unroll
         for (int k = 0; k < BKS - 1; ++k) {  // this slice's k rows of the tile (all of them when KS = 1)
             frag<TM / 4, ROWS_T * 4>(a[(k + 1) % 2], as + (k + 1) * LDA_S);
             frag<TN / 4, COLS_T * 4>(b[(k + 1) % 2], bs + (k + 1) * LDB_S);
             outer(acc, a[k % 2], b[k % 2]);
-#if WB
-            if (k == 0)  // tile t+1's raw B (past the last tile: what is there, never read) -> the other buffer
-                g.b.realign(smem + (ro == (STAGES - 1) * SS ? 0 : ro + SS) + SA, smem + XB + (xo ^ XS), tid);
-#endif
         }
-        tg_cp_wait<LAG>();  // this thread's copies of tile t+1 (WB: t+2) have landed...
-        __syncthreads();    // ...and everyone's; everyone is done reading tile t
-#if WB
-        xo ^= XS;
-#endif
+        tg_cp_wait<STAGES - 2>();  // this thread's copies of tile t+1 have landed...
+        __syncthreads();           // ...and everyone's; everyone is done reading tile t
         wo = ro;
         ro = ro == (STAGES - 1) * SS ? 0 : ro + SS;
         frag<TM / 4, ROWS_T * 4>(a[BKS % 2], as0 + ro);
-        frag<TN / 4, COLS_T * 4>(b[BKS % 2], bs0 + (WB ? xo : ro));
+        frag<TN / 4, COLS_T * 4>(b[BKS % 2], bs0 + ro);
         outer(acc, a[(BKS - 1) % 2], b[(BKS - 1) % 2]);
     }
     tg_cp_wait<0>();

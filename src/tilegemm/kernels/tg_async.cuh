@@ -256,92 +256,6 @@ struct RowClassTile {
     __device__ __forceinline__ void next(int bk, tg_idx ld) { base += bk * ld; }
 };
 
-// Rows with any 4-byte alignment copied 16 bytes at a time through windows, then realigned in shared
-// memory (gemm.cu, WB = 1): B as stored (k the row, n contiguous), whatever its leading dimension and
-// first element.  Row r of the tile starts e_r floats past a 16-byte boundary (e_r = 0..3); its window
-// is the COLS / 4 + 1 aligned 16-byte chunks from the one holding its first element, copied .cg (L2
-// only, as aligned rows are) into raw row r, COLS + 4 floats, so that raw[r][c + e_r] is the row's
-// column c.  BK is a multiple of 4, so the e_r of a row are the same in every tile and the copies'
-// offsets stay fixed.  realign() then moves each row left by its e_r into a tile shaped like an
-// aligned one (LDS.128, selects, STS.128), which the fragments read as they read aligned tiles.
-// Narrow copies cost L1 and LSU throughput and latency (4-byte cp.async goes through L1, .ca); here
-// every copy is 16 bytes, at one more copy a row and the realignment's shared-memory round trip.
-// The chunks of a row past the matrix's last column copy only the bytes inside it (src-size), so no
-// byte after a row's last element is read; the bytes before its first, e_r of them, are in the same
-// 16-byte chunk as it.
-template <int ROWS, int COLS, int THREADS, int LD>
-struct WindowTile {
-    typedef AsyncTile<ROWS, COLS, THREADS, false, LD, 4> Main;  // chunks 0 .. COLS/4 - 1 of every row
-    static constexpr int P = ROWS * COLS / (4 * THREADS);       // float4s each thread realigns
-    static_assert(ROWS % 4 == 0 && ROWS <= THREADS, "k tiles of whole 4-row periods; a last chunk per row per thread");
-    static_assert(P >= 1 && P * 4 * THREADS == ROWS * COLS && LD >= COLS + 4,
-                  "whole float4s per thread; room for the extra chunk");
-    Main main;
-    tg_off ox;  // the extra chunk (chunk COLS/4 of row tid, threads tid < ROWS): its offset and bytes
-    int nbx;
-    int er[P];  // the shifts of the rows of the float4s this thread realigns
-
-    __device__ __forceinline__ static int shift(const float *p) {
-        return (int)((reinterpret_cast<unsigned long long>(p) >> 2) & 3);
-    }
-    // float4 j of thread tid in the tile: consecutive threads take consecutive float4s of a row, so a
-    // quarter warp's 16-byte accesses are one contiguous 128 bytes (no bank conflicts)
-    __device__ __forceinline__ static void at(int j, int tid, int &r, int &c) {
-        const int f = tid + j * THREADS;
-        r = f / (COLS / 4);
-        c = (f % (COLS / 4)) * 4;
-    }
-    // offset and bytes of the chunk at column c of row r of the window (b0: the tile's element (0, 0),
-    // at column c0 of a view cols wide)
-    __device__ __forceinline__ static void chunk(const float *b0, tg_idx ld, int r, int c, int c0, int cols,
-                                                 tg_off &o, int &nb) {
-        const int e = shift(b0 + (tg_idx)r * ld), at = c0 + c - e;  // the chunk's first column in the view
-        nb = 4 * max(0, min(4, cols - at));
-        o = (tg_off)((tg_idx)r * ld + (nb ? c - e : -e));  // wholly past the last column: the row's first chunk
-    }
-    __device__ __forceinline__ void init(const float *b0, tg_idx ld, int r0, int c0, int rows, int cols, int tid) {
-        main.base = b0;
-#pragma unroll
-        for (int i = 0; i < Main::N; ++i) {
-            int r, c;
-            Main::place(i, tid, r, c);
-            chunk(b0, ld, r, c, c0, cols, main.o[i], main.nb[i]);
-        }
-        chunk(b0, ld, tid < ROWS ? tid : 0, COLS, c0, cols, ox, nbx);
-#pragma unroll
-        for (int j = 0; j < P; ++j) {
-            int r, c;
-            at(j, tid, r, c);
-            er[j] = shift(b0 + (tg_idx)r * ld);
-        }
-    }
-    template <bool FIRST>
-    __device__ __forceinline__ void copy(unsigned s, bool on, int k_lo, const float *safe, int tid) const {
-        safe = reinterpret_cast<const float *>(reinterpret_cast<unsigned long long>(safe) & ~15ull);  // 16-byte aligned
-        main.template copy<FIRST>(s, on, k_lo, safe, tid);
-        const bool in = !FIRST || tid >= k_lo;
-        tg_cp_async<16>(s + 4u * (tid * LD + COLS), in ? main.base + ox : safe, in ? nbx : 0, on && tid < ROWS);
-    }
-    __device__ __forceinline__ void next(int bk, tg_idx ld) { main.next(bk, ld); }
-    // the raw tile at raw -> the aligned tile at out (both LD floats a row): this thread's P float4s,
-    // each from the raw chunk at its column and the next
-    __device__ __forceinline__ void realign(const float *raw, float *out, int tid) const {
-#pragma unroll
-        for (int j = 0; j < P; ++j) {
-            int r, c;
-            at(j, tid, r, c);
-            const float4 lo = *reinterpret_cast<const float4 *>(raw + r * LD + c);
-            const float4 hi = *reinterpret_cast<const float4 *>(raw + r * LD + c + 4);
-            const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-            float w[6];
-#pragma unroll
-            for (int i = 0; i < 6; ++i) w[i] = (er[j] & 1) ? v[i + 1] : v[i];
-            *reinterpret_cast<float4 *>(out + r * LD + c) =
-                (er[j] & 2) ? make_float4(w[2], w[3], w[4], w[5]) : make_float4(w[0], w[1], w[2], w[3]);
-        }
-    }
-};
-
 // AsyncTile, or RowClassTile for a tile copied along its rows with TG_VEC_x = 3 or 6 (access.ROW_CLASSES):
 // HI its wider width, 0 for a plain width; PLAIN the width AsyncTile copies at (the narrower one)
 template <int VEC> struct TgRowClass {
@@ -355,16 +269,13 @@ using TgTile = typename TgPick<TgRowClass<VEC>::HI != 0 && !TRANSPOSED,
                                AsyncTile<ROWS, COLS, THREADS, TRANSPOSED, LD, TgRowClass<VEC>::PLAIN>,
                                RowClassTile<ROWS, COLS, THREADS, LD, TgRowClass<VEC>::HI>>::type;
 
-// The two operands of C = A B as AsyncTiles (global orientation from TG_TRANS_A / TG_TRANS_B); WIN: B as
-// stored through windows (WindowTile; the caller realigns each tile)
-template <int BM_, int BN_, int BK_, int THREADS, int LDA, int LDB, bool WIN = false>
+// The two operands of C = A B as AsyncTiles (global orientation from TG_TRANS_A / TG_TRANS_B).
+template <int BM_, int BN_, int BK_, int THREADS, int LDA, int LDB>
 struct AsyncOperands {
-    static_assert(!WIN || !TG_TRANS_B, "windows read B as stored (TG_TRANS_B = 0)");
     // A(m, k): row-major (TG_TRANS_A=0) rows are m, k contiguous -> transposed into As[k][m]
     TgTile<TG_TRANS_A ? BK_ : BM_, TG_TRANS_A ? BM_ : BK_, THREADS, !TG_TRANS_A, LDA, TG_VEC_A> a;
     // B(k, n): row-major rows are k, n contiguous -> Bs[k][n] as it is
-    typename TgPick<WIN, TgTile<TG_TRANS_B ? BN_ : BK_, TG_TRANS_B ? BK_ : BN_, THREADS, (bool)TG_TRANS_B, LDB, TG_VEC_B>,
-                    WindowTile<BK_, BN_, THREADS, LDB>>::type b;
+    TgTile<TG_TRANS_B ? BN_ : BK_, TG_TRANS_B ? BK_ : BN_, THREADS, (bool)TG_TRANS_B, LDB, TG_VEC_B> b;
     const float *A0, *B0;  // element (0, 0) of each: a valid address for zero-filled copies
     int k_lo;              // the first tile holds k in [kbeg, kbeg + BK); kbeg = K - T*BK <= 0
 

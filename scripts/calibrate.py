@@ -10,6 +10,9 @@ calibration-small-s<S>)
 is named calibration-<tiles>-s<S>, and fits take it beside the files that time the rest)
 (--filling-only: time only the candidates the split counts that fill the SMs' block slots add to
 the powers of two (model.filling_splits); named calibration-filling-s<S>)
+(--narrow-b: only the draw's shapes whose B the kernels read along its rows less than 16 bytes at a
+time (access.row_widths: rows not 16-byte aligned and not copied), the first N of them; named
+calibration-narrowb-s<S>: the class the full draws hold least of, a tenth to a fifth of their shapes)
 The candidates include the filling split counts, found from each build's blocks per SM.
 Writes DIR (default $OUT, else benchmarks/results)/<gpu>-<date>-calibration-s<S>.json (kind
 "calibration"), rewritten after every shape so that a run cut short keeps what it measured.  Rows:
@@ -20,7 +23,7 @@ import os
 import sys
 import time
 
-from tilegemm import api, autotune, calibration, gpu, launch, model, registry, results, suites, timing
+from tilegemm import access, api, autotune, calibration, gpu, launch, model, registry, results, suites, timing
 from tilegemm.parsing import ArgParser, parse_args, run_command
 
 
@@ -35,6 +38,8 @@ def main(argv=None) -> int:
     p.add_argument("--tiles", nargs="+", choices=sorted(model.TILES), help="time only these tiles' candidates")
     p.add_argument("--filling-only", action="store_true",
                    help="time only the candidates the filling split counts add")
+    p.add_argument("--narrow-b", action="store_true",
+                   help="only shapes whose B is read along its rows less than 16 bytes at a time")
     args = parse_args(p, argv)
     return args if isinstance(args, int) else run_command(run, args)
 
@@ -68,11 +73,24 @@ def _candidates(M, N, K, count, sms, tiles, per_sm=None, filling_only=False):
             if (not tiles or n.split()[0] in tiles) and n not in plain]
 
 
+def narrow_b(n: int, seed: int, layout: str, draw: dict) -> list[tuple]:
+    """The first ``n`` shapes of seed ``seed``'s draw whose B the family reads along its rows less
+    than 16 bytes at a time (access.row_widths)."""
+    out = []
+    for size in (20 * n, 200 * n):
+        out = [s for s in suites.random_shapes(size, seed, (layout,), **draw)
+               if access.row_widths(layout, s[0], s[1], s[2])[1] != 4][:n]
+        if len(out) == n:
+            break
+    return out
+
+
 def run(args) -> int:
     dev = gpu.current_device()
     props = gpu.device_properties(dev)
     draw = dict(suites.SMALL_DRAW if args.small else suites.DRAW)
-    shapes = suites.random_shapes(args.n, args.seed, (args.layout,), **draw)
+    shapes = suites.random_shapes(args.n, args.seed, (args.layout,), **draw) if not args.narrow_b else \
+        narrow_b(args.n, args.seed, args.layout, draw)
     configs = {}
     for M, N, K, _, _ in shapes:
         configs.update(dict(_candidates(M, N, K, 1, props.sms, args.tiles)))
@@ -100,7 +118,8 @@ def run(args) -> int:
                            configs=configs, blocks_per_sm=occupancy, pairs=True, odd_copies=True,
                            **dict.fromkeys(calibration.ROW_CLASS_FLAGS.values(), True),
                            layout=args.layout, **({"tiles": args.tiles} if args.tiles else {}),
-                           **({"filling_only": True} if args.filling_only else {}))
+                           **({"filling_only": True} if args.filling_only else {}),
+                           **({"narrow_b": True} if args.narrow_b else {}))
     for i, (M, N, K, layout, count) in enumerate(shapes):
         cands = _candidates(M, N, K, count, props.sms, args.tiles, per_sm, args.filling_only)
         if not cands:
@@ -119,7 +138,8 @@ def run(args) -> int:
               f"{best['tflops']:.1f} ({cands[tried.index(best)][0]}), {time.time() - t0:.0f} s", flush=True)
         doc["rows"] = rows
         lay = "" if args.layout == "NN" else args.layout.lower() + "-"
-        only = "".join(f"{t}-" for t in args.tiles or ()) + ("filling-" if args.filling_only else "")
+        only = ("".join(f"{t}-" for t in args.tiles or ()) + ("filling-" if args.filling_only else "")
+                + ("narrowb-" if args.narrow_b else ""))
         results.write(doc, args.out, f"calibration-{'small-' if args.small else ''}{lay}{only}s{args.seed}")
     return 0
 

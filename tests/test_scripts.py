@@ -25,3 +25,20 @@ def test_script_parses(path):
         py_compile.compile(str(path), doraise=True)
         res = subprocess.run([sys.executable, str(path), "--help"], capture_output=True, text=True)
         assert res.returncode == 0 and "usage:" in res.stdout, res.stderr
+
+
+def test_calibrate_narrow_b_draws_only_shapes_whose_b_is_read_narrow():
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        import calibrate
+    finally:
+        sys.path.remove(str(SCRIPTS))
+    from tilegemm import access, suites
+
+    draw = dict(suites.DRAW)
+    shapes = calibrate.narrow_b(12, 481, "NN", draw)
+    assert len(shapes) == 12 and shapes == calibrate.narrow_b(12, 481, "NN", draw)  # deterministic per seed
+    assert all(access.row_widths("NN", M, N, K)[1] != 4 for M, N, K, _, _ in shapes)
+    full = suites.random_shapes(240, 481, ("NN",), **draw)
+    assert shapes == [s for s in full if access.row_widths("NN", *s[:3])[1] != 4][:12]  # the draw's own, in order
+    assert calibrate.narrow_b(5, 481, "NT", draw) == []  # B a transposed view is never read along its rows

@@ -331,7 +331,8 @@ def test_a_misaligned_operand_is_copied_where_the_copy_pays(stubs):
     ("NN", 1000, 401, 1000, {}),              # too few rows of A per element of B: not worth a copy
     ("NN", 600, 301, 1000, {}),               # narrow rows of B, still too few rows of A
     ("NN", 4096, 304, 1000, {}),              # aligned already
-    ("NT", 4096, 301, 1000, {}),              # B's tiles are copied 4 bytes at a time anyway (k along rows; ldb 1001)
+    ("NT", 2047, 301, 1000, {}),              # B's tiles are copied 4 bytes at a time anyway (k along rows; ldb
+                                              # 1001), and too few rows of A to transpose it
     ("NN", 4096, 301, 1000, {"stages": 0}),   # the register pipeline: no copies
 ])
 def test_operands_not_copied(stubs, case):
@@ -341,6 +342,34 @@ def test_operands_not_copied(stubs, case):
     prog, launches = run(p, {**BIG, "splits": 1, **extra}, stubs)
     assert len(launches) == 1 and prog.work_floats == 0
     assert args(launch.GEMM, launches[0][1])["B"] == PB
+
+
+def test_nt_runs_as_nn_on_b_transposed_where_the_copy_pays(stubs):
+    # NT, B stored 301 x 1000 (ldb 1001), 2048 rows of A: 2048 >= COPY_MACS_PER_ELEMENT multiply-adds
+    # per element of B, so B is transposed into 1000 rows of 304 floats after the split planes and the
+    # kernel is built for NN with aligned B
+    M, N, K = 2048, 301, 1000
+    b = Operand("b", "cupy", None, (K, N), (1, K + 1), F32, 0, PB)
+    p = plan(op("a", (M, K), ptr=PA), b, op("out", (M, N), ptr=PD))
+    prog, launches = run(p, {**BIG, "splits": 2}, stubs)
+    planes = 2 * M * 304
+    tr, g = args(launch.PACK_T, launches[0][1]), args(launch.GEMM, launches[1][1])
+    dst = WORK + 4 * (-(-planes // 64) * 64)
+    assert (tr["rows"], tr["cols"], tr["src"], tr["lds"], tr["dst"], tr["ldd"]) == (N, K, PB, K + 1, dst, 304)
+    assert (g["B"], g["ldb"], g["A"], g["lda"]) == (dst, 304, PA, K)
+    assert prog.work_floats == -(-planes // 64) * 64 + K * 304
+    assert stubs.built[-1][1:3] == ("NN", 4)
+    assert len(launches) == 3  # the transpose, the kernel, the reduction
+    # one row of A fewer, a batch, or the register pipeline: NT as it is, B read in place
+    for (m, count, extra) in ((M - 1, 1, {}), (M, 2, {}), (M, 1, {"stages": 0})):
+        bb = Operand("b", "cupy", None, (K, N), (1, K + 1), F32, 0, PB) if count == 1 else \
+            Operand("b", "cupy", None, (count, K, N), (K * (K + 1), 1, K + 1), F32, 0, PB)
+        a = op("a", (m, K), ptr=PA) if count == 1 else op("a", (count, m, K), ptr=PA)
+        out = op("out", (m, N), ptr=PD) if count == 1 else op("out", (count, m, N), ptr=PD)
+        del stubs.log[:]
+        prog, launches = run(plan(a, bb, out), {**BIG, "splits": 1, **extra}, stubs)
+        assert len(launches) == 1 and prog.work_floats == 0 and stubs.built[-1][1] == "NT"
+        assert args(launch.GEMM, launches[0][1])["B"] == PB
 
 
 def test_a_misaligned_a_is_copied_in_tn_after_the_stream_k_slots(stubs):

@@ -237,9 +237,14 @@ def test_calibrations_with_odd_rows_label_the_builds_that_read_them(fitted, tmp_
     model.BY_ROWS_BUILDS[ODD_PAIRS] read rows of twice an odd length by rows (``"odd_pairs": true``):
     its rows of those builds on such shapes (width 2) were read at ODD_PAIRS; files without it were
     read 8 bytes at a time.  "width" (the shape's, which groups a shape's rows) is the same."""
-    path = ROOT / "benchmarks" / "results" / "experiments" / fitted["fitted_on"][-1]
-    doc = json.loads(path.read_text())
-    assert not doc.get("odd_rows") and not doc.get("odd_pairs")  # measured before both
+    paths = [ROOT / "benchmarks" / "results" / "experiments" / f for f in fitted["fitted_on"]]
+    docs = {p: json.loads(p.read_text()) for p in paths}
+    # the last fitted file measured before both, and one measured after both (the narrow-B calibration)
+    path = next(p for p in reversed(paths) if not docs[p].get("odd_rows") and not docs[p].get("odd_pairs"))
+    doc = docs[path]
+    after_both = next(p for p in paths if docs[p].get("odd_rows") and docs[p].get("odd_pairs"))
+    reads = {r["read"] for r in calibration.load_calibration([after_both])[0]}
+    assert {access.ODD_ROWS, access.ODD_PAIRS} <= reads
     files = {}
     for flags in ((), ("odd_rows",), ("odd_pairs",), ("odd_rows", "odd_pairs")):
         marked = tmp_path / "-".join(("marked",) + flags) / path.name

@@ -424,6 +424,18 @@ def test_rows_by_rows_by_build():
     assert tn["128x128"] == pytest.approx(model.predict(c, "128x128", cfg, 502, 1000, 8000, 1, 2, 132, 2, 4))
 
 
+def test_family_transposes_rule():
+    t = access.family_transposes
+    assert t("NT", True, 2048, 300, 1000, 1) and access.kernel_layout("NT", 2048, 300, 1000) == "NN"
+    assert not t("NT", True, 2047, 300, 1000, 1) and access.kernel_layout("NT", 2047, 300, 1000) == "NT"
+    assert not t("NT", False, 4096, 300, 1000, 1)  # the register pipeline reads B along k itself
+    assert not t("NT", True, 4096, 300, 1000, 2)  # batches: no copies
+    assert not t("NT", True, 4096, 300, 0, 1)
+    assert not any(t(lay, True, 4096, 300, 1000, 1) for lay in ("NN", "TN", "TT"))
+    assert not t("NT", True, 4096, 2**15, 2**14, 1)  # a copy over COPY_LIMIT floats
+    assert access.kernel_layout("TT", 4096, 300, 1000) == "TT"
+
+
 @pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
 def test_family_copies_rule(layout):
     def copies(M, N, K, widths=(1, 1), cp_async=True, count=1, odd=True):

@@ -83,6 +83,26 @@ def family_copies(layout: str, copies: bool, widths: tuple, M: int, N: int, K: i
     return tuple(bool(copies and count == 1 and along[i] and widths[i] != 4 and K > 0 and pays(i)) for i in (0, 1))
 
 
+# In NT (B a transposed view: N x K as stored, as torch keeps a linear layer's weight) the family copies
+# B's tiles across its rows, 4 bytes at a time, as it does A's.  Measured (docs/perf-notes.md), the
+# family ran the same products 2-7% faster (4.0% on average) with B held as a contiguous K x N array
+# (NN); a transposed copy of B moves 8 bytes per element of B, about 67/P of the product's time at
+# 3 TB/s (P: multiply-adds per element copied, M for B), so it is made from COPY_MACS_PER_ELEMENT, as
+# the aligned copies are.
+def family_transposes(layout: str, copies: bool, M: int, N: int, K: int, count: int) -> bool:
+    """Whether the family runs an NT product as NN on a transposed copy of B in the workspace (K rows
+    of N floats rounded up to 4): cp.async configs (``copies``), one product per run, from
+    COPY_MACS_PER_ELEMENT multiply-adds per element of B (M), the copy holding at most COPY_LIMIT floats."""
+    return bool(copies and layout == "NT" and count == 1 and K > 0 and M >= COPY_MACS_PER_ELEMENT
+                and copy_floats((K, N)) <= COPY_LIMIT)
+
+
+def kernel_layout(layout: str, M: int, N: int, K: int, count: int = 1) -> str:
+    """The layout the family's cp.async configs run a product of contiguous operands of ``layout`` in:
+    NN for an NT product whose B they transpose first (``family_transposes``), else ``layout``."""
+    return "NN" if family_transposes(layout, True, M, N, K, count) else layout
+
+
 def row_widths(layout: str, M: int, N: int, K: int, count: int = 1, pairs: bool = True,
                odd: bool = True) -> tuple[int, int]:
     """(A's, B's) access width (floats) with which the family's cp.async configs copy each operand

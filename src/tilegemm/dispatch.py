@@ -21,7 +21,8 @@ from . import gpu, hopper, model, registry
 from .arrays import UNKNOWN, Operand, describe
 from .launch import (GEMM, RUNG, WGMMA, A, B, C, D, W, Program, Step, launcher, wgmma_launcher,
                      wgmma_tf32_launcher)
-from .access import ROW_CLASSES, aligned_cols, copy_floats, family_copies, family_widths, stored_views, vector_width
+from .access import (ROW_CLASSES, aligned_cols, copy_floats, family_copies, family_transposes, family_widths,
+                     stored_views, vector_width)
 from .plan import GRID_Z, Plan, plan
 from .steps import pack_step, reduce_step, tf32_step, tma_step, transpose_step
 
@@ -287,20 +288,25 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
     params = registry.FAMILY.params(cfg)
     cp_async = params["stages"] >= 2
     ops = [(at[A], g.lda, sa), (at[B], g.ldb, sb)]
-    copied = family_copies(g.layout, cp_async, [vector_width(o, pairs=True) for o in ops], g.M, g.N, g.K, g.count)
-    views = stored_views(g.layout, g.M, g.N, g.K)
+    # NT run as NN on B transposed into aligned K x N rows, where that pays (access.family_transposes)
+    transposed = family_transposes(g.layout, cp_async, g.M, g.N, g.K, g.count)
+    layout = "NN" if transposed else g.layout
+    if transposed:
+        ops[1] = (0, aligned_cols(g.N), 0)
+    copied = family_copies(layout, cp_async, [vector_width(o, pairs=True) for o in ops], g.M, g.N, g.K, g.count)
+    views = stored_views(layout, g.M, g.N, g.K)
     for i in (0, 1):
         if copied[i]:
             ops[i] = (0, aligned_cols(views[i][1]), 0)  # the copy: aligned rows
     # the parameters with which it reads B's rows of each class by rows, where it does (access.ROW_CLASSES)
     by_rows = {code: q for code in ROW_CLASSES
                if (q := model.by_rows(params, code)) is not None and code in registry.family_row_classes(q)}
-    vec = family_widths(g.layout, cp_async, ops[0], ops[1], None if sk == 0 and splits > 1 else (at[D], g.ldd, sd),
+    vec = family_widths(layout, cp_async, ops[0], ops[1], None if sk == 0 and splits > 1 else (at[D], g.ldd, sd),
                         tuple(by_rows))
     if isinstance(vec, tuple) and vec[1] in by_rows:
         cfg = {k: v for k, v in by_rows[vec[1]].items() if k != "splits"}
     lda, ldb = ops[0][1], ops[1][1]
-    fn = launcher(FAMILY, g.layout, vec, device, tuple(sorted(cfg.items())), (lda, ldb))
+    fn = launcher(FAMILY, layout, vec, device, tuple(sorted(cfg.items())), (lda, ldb))
     bm, bn = fn.spec.tile(fn.params)
     tiles = -(-g.M // bm) * -(-g.N // bn)
     units = tiles * (g.count if sk else 1) * (splits if sk == 2 else 1)  # blocks one grid indexes
@@ -335,6 +341,10 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
             dst, work, (_, off, _) = _workspace_copy(work, views[i])
             steps.append(pack_step(device, views[i], (g.lda, g.ldb)[i], which, offs[which], dst))
             src[i] = (W, off)
+    if transposed:  # B as stored, N x K, into K rows of N floats rounded up to 4
+        dst, work, (_, off, _) = _workspace_copy(work, (g.K, g.N))
+        steps.append(transpose_step(device, (g.N, g.K), g.ldb, B, offs[B], dst))
+        src[1] = (W, off)
     (wa, oa), (wb, ob) = src
     if sk:
         for n, first in blocks:

@@ -148,6 +148,37 @@ def test_misaligned_operands_copied_where_it_pays(cp, cfg, layout, sizes):
     assert np.linalg.norm(cp.asnumpy(g) - gref) / np.linalg.norm(gref) < TOL
 
 
+@pytest.mark.parametrize("cfg", [None, {**selection.BIG, "splits": 1}, {**selection.BIG, "splits": 3},
+                                 {**selection.BIG, "splits": 1, "sk": 1}, {**selection.BIG, "splits": 3, "sk": 2},
+                                 {**model.TILES["64x64f"], "splits": 1}])
+@pytest.mark.parametrize("n, pad, off", [(301, 0, 0), (300, 3, 1), (1, 0, 2)])
+def test_nt_runs_on_b_transposed_where_it_pays(cp, cfg, n, pad, off):
+    """NT products from 2048 rows of A: B (a transposed view, padded rows, a view some floats in) is
+    transposed into aligned rows and the kernel runs NN (access.family_transposes); alpha, beta,
+    repeats, and a result stored column-major (the problem turned around: NT stays NT)."""
+    M, K = 2048 + 37, 517
+    assert access.family_transposes("NT", True, M, n, K, 1)
+    rng = np.random.default_rng()
+    a = _matrix(cp, rng, M, K, False, 0, 0)
+    b = _matrix(cp, rng, K, n, True, pad, off)
+    c = cp.asarray(rng.standard_normal((M, n), dtype=np.float32))
+    ref = np.matmul(cp.asnumpy(a).astype(np.float64), cp.asnumpy(b).astype(np.float64))
+    tilegemm.clear_caches()
+    for _ in range(2):
+        out = cp.full((M, n), np.nan, dtype=np.float32)
+        tilegemm.matmul(a, b, out=out, config=cfg)
+        assert np.linalg.norm(cp.asnumpy(out) - ref) / np.linalg.norm(ref) < TOL
+    (entry,) = fastpath.entries()
+    transposes = sum(len(step.args) == len(launch.PACK_T.fields) for step in entry.program.steps)
+    assert transposes == (1 if registry.FAMILY.params(entry.program.config)["stages"] >= 2 else 0)
+    g = tilegemm.gemm(a, b, c, alpha=-0.5, beta=2.0, config=cfg)
+    gref = -0.5 * ref + 2.0 * cp.asnumpy(c).astype(np.float64)
+    assert np.linalg.norm(cp.asnumpy(g) - gref) / np.linalg.norm(gref) < TOL
+    outf = cp.asfortranarray(cp.full((M, n), np.nan, dtype=np.float32))
+    tilegemm.matmul(a, b, out=outf, config=cfg)
+    assert np.linalg.norm(cp.asnumpy(outf) - ref) / np.linalg.norm(ref) < TOL
+
+
 def check_case(cp, case, config, precision="fp32", tol=TOL):
     """One drawn case through tilegemm.gemm at ``precision`` with ``config`` (None: selected)."""
     rng = np.random.default_rng()

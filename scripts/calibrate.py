@@ -12,7 +12,8 @@ is named calibration-<tiles>-s<S>, and fits take it beside the files that time t
 the powers of two (model.filling_splits); named calibration-filling-s<S>)
 (--narrow-b: only the draw's shapes whose B the kernels read along its rows less than 16 bytes at a
 time (access.row_widths: rows not 16-byte aligned and not copied), the first N of them; named
-calibration-narrowb-s<S>: the class the full draws hold least of, a tenth to a fifth of their shapes)
+calibration-narrowb-s<S>: the class of the lowest shapes, about a quarter of a full draw; NN or TN,
+where B is read along its rows)
 The candidates include the filling split counts, found from each build's blocks per SM.
 Writes DIR (default $OUT, else benchmarks/results)/<gpu>-<date>-calibration-s<S>.json (kind
 "calibration"), rewritten after every shape so that a run cut short keeps what it measured.  Rows:
@@ -75,14 +76,17 @@ def _candidates(M, N, K, count, sms, tiles, per_sm=None, filling_only=False):
 
 def narrow_b(n: int, seed: int, layout: str, draw: dict) -> list[tuple]:
     """The first ``n`` shapes of seed ``seed``'s draw whose B the family reads along its rows less
-    than 16 bytes at a time (access.row_widths)."""
+    than 16 bytes at a time (access.row_widths); ValueError in a layout where B is not read along its
+    rows (a transposed view), or where the draw holds too few such shapes."""
+    if layout[1] != "N":
+        raise ValueError(f"--narrow-b takes a layout whose B is stored as read (NN or TN), not {layout}")
     out = []
     for size in (20 * n, 200 * n):
         out = [s for s in suites.random_shapes(size, seed, (layout,), **draw)
                if access.row_widths(layout, s[0], s[1], s[2])[1] != 4][:n]
         if len(out) == n:
-            break
-    return out
+            return out
+    raise ValueError(f"seed {seed}'s first {200 * n} shapes hold only {len(out)} whose B is read narrow; ask for fewer")
 
 
 def run(args) -> int:

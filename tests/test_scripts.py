@@ -41,4 +41,7 @@ def test_calibrate_narrow_b_draws_only_shapes_whose_b_is_read_narrow():
     assert all(access.row_widths("NN", M, N, K)[1] != 4 for M, N, K, _, _ in shapes)
     full = suites.random_shapes(240, 481, ("NN",), **draw)
     assert shapes == [s for s in full if access.row_widths("NN", *s[:3])[1] != 4][:12]  # the draw's own, in order
-    assert calibrate.narrow_b(5, 481, "NT", draw) == []  # B a transposed view is never read along its rows
+    assert [s[:3] for s in shapes[:3]] == [(425, 579, 7458), (863, 2831, 5175), (160, 14307, 10154)]  # as calibrated
+    assert {N % 4 for _, N, _, _, _ in shapes} >= {1, 2, 3}  # rows of odd length and of twice an odd length
+    with pytest.raises(ValueError, match="NN or TN"):
+        calibrate.narrow_b(5, 481, "NT", draw)  # B a transposed view is never read along its rows

@@ -360,8 +360,9 @@ def test_nt_runs_as_nn_on_b_transposed_where_the_copy_pays(stubs):
     assert prog.work_floats == -(-planes // 64) * 64 + K * 304
     assert stubs.built[-1][1:3] == ("NN", 4)
     assert len(launches) == 3  # the transpose, the kernel, the reduction
-    # one row of A fewer, a batch, or the register pipeline: NT as it is, B read in place
-    for (m, count, extra) in ((M - 1, 1, {}), (M, 2, {}), (M, 1, {"stages": 0})):
+    # one row of A fewer, a batch, the register pipeline, or the tensor cores: NT as it is, B read in place
+    mma = {"bm": 64, "bn": 64, "tm": 8, "tn": 8, "ln": 8, "stages": 4, "mma": 3}  # TF32x3 on the tensor cores
+    for (m, count, extra) in ((M - 1, 1, {}), (M, 2, {}), (M, 1, {"stages": 0}), (M, 1, mma)):
         bb = Operand("b", "cupy", None, (K, N), (1, K + 1), F32, 0, PB) if count == 1 else \
             Operand("b", "cupy", None, (count, K, N), (K * (K + 1), 1, K + 1), F32, 0, PB)
         a = op("a", (m, K), ptr=PA) if count == 1 else op("a", (count, m, K), ptr=PA)

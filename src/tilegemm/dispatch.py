@@ -288,8 +288,9 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
     params = registry.FAMILY.params(cfg)
     cp_async = params["stages"] >= 2
     ops = [(at[A], g.lda, sa), (at[B], g.ldb, sb)]
-    # NT run as NN on B transposed into aligned K x N rows, where that pays (access.family_transposes)
-    transposed = family_transposes(g.layout, cp_async, g.M, g.N, g.K, g.count)
+    # NT run as NN on B transposed into aligned K x N rows, where that pays (access.family_transposes;
+    # measured on the FFMA configs only, so the tensor-core ones read B as it is)
+    transposed = family_transposes(g.layout, cp_async and not params["mma"], g.M, g.N, g.K, g.count)
     layout = "NN" if transposed else g.layout
     if transposed:
         ops[1] = (0, aligned_cols(g.N), 0)

@@ -290,8 +290,9 @@ def ranked_for(table: dict, M: int, N: int, K: int, count: int, sms: int, layout
     """``ranked`` with the set of a model table that serves this shape (``set_for``): its constants,
     blocks per SM and residuals; a product the family runs in another layout (access.kernel_layout: NT
     as NN on a transposed copy of B, whose rows are aligned) is ranked as that one."""
-    if width is None and access.kernel_layout(layout, M, N, K, count) != layout:
-        layout, width = access.kernel_layout(layout, M, N, K, count), 4
+    run_as = access.kernel_layout(layout, M, N, K, count) if width is None else layout
+    if run_as != layout:
+        layout, width = run_as, 4
     s = set_for(table, M, N, K, count, layout)
     return ranked(s["constants"], s["blocks_per_sm"], M, N, K, count, sms, layout, width, out_width,
                   s.get("residuals"))

@@ -147,3 +147,30 @@ def test_the_quick_tuning_times_the_model_s_best_few(monkeypatch, tmp_path):
         assert GRAPHS and not any(GRAPHS)
     finally:
         selection.reset()
+
+
+def test_the_tuner_builds_each_candidate_in_the_layout_it_runs(monkeypatch, tmp_path):
+    # an NT product from 2048 rows runs as NN on B transposed (access.family_layout): the tuner's
+    # compile-and-spill filter must look at the NN build, not the NT one
+    monkeypatch.setattr(gpu, "device_properties", lambda device=None: H100)
+    monkeypatch.setattr(gpu, "driver_version", lambda: "580.0")
+    monkeypatch.setenv("TILEGEMM_TUNE_DIR", str(tmp_path))
+    selection.reset()
+    try:
+        _stub_measurements(monkeypatch, winner_index=0)
+        built = []
+        F = autotune.F
+
+        def compile_all(cfgs, layouts, arch, **kw):
+            built.extend((c, lay) for c in cfgs for lay in layouts)
+            return {(tuple(sorted(F.compiled_params(F.params(c)).items())), lay): (128, 0, None)
+                    for c in cfgs for lay in layouts}
+
+        monkeypatch.setattr(autotune, "compile_all", compile_all)
+        for M, want in ((4096, "NN"), (1000, "NT")):
+            built.clear()
+            res = autotune.tune_shape(0, "NT", M, 3000, 2000, 1, matmul=None, write=False)
+            assert built and {lay for _, lay in built} == {want} and res["layout"] == "NT"
+            assert len(res["tried"]) == len(built)
+    finally:
+        selection.reset()

@@ -296,6 +296,22 @@ def test_explain_report_without_a_gpu(name):
     assert "measured" not in r
 
 
+def test_explain_reads_the_build_that_runs_the_product():
+    # an NT product from 2048 rows runs as NN on B transposed: explain compiles and reads that build
+    from tilegemm.instruments import explain
+
+    F = registry.FAMILY
+    p = F.compiled_params(F.params({}))
+    mix = {lay: sass.inspect(sass.disassemble(F.compile(p, layout=lay, arch="sm_90").cubin)).mix for lay in ("NN", "NT")}
+    assert mix["NN"] != mix["NT"]  # B copied 16 bytes at a time along its rows, or 4 across them
+    for M, want in ((4096, "NN"), (1000, "NT")):
+        r = explain.build("gemm", shape=(M, 2000, 300), layout="NT", arch="sm_90", measure=False)
+        assert r["layout"] == "NT" and r["kernel_layout"] == want and r["sass"]["mix"] == mix[want]
+    tc = {"bm": 64, "bn": 128, "bk": 16, "tm": 8, "tn": 8, "ln": 8, "minb": 2, "mma": 3}
+    r = explain.build("gemm", tc, shape=(4096, 2000, 300), layout="NT", arch="sm_90", measure=False)
+    assert r["kernel_layout"] == "NT"  # the tensor-core configs read B as it is
+
+
 def test_explain_cli(capsys):
     assert cli.main(["explain", "gemm", "--config", "bm=64,bn=64,tm=4,tn=8,ln=8", "--json",
                      "--shape", "512x512x512", "--no-measure"]) == 0

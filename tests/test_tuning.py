@@ -197,6 +197,36 @@ def test_a_borrowed_config_that_spills_is_not_used(monkeypatch, tmp_path):
     assert sel.source("NN", 16, 4096, 4096, 1) == (spilling, "tuned")
 
 
+def test_a_borrowed_config_is_checked_in_the_layout_its_kernel_runs(monkeypatch, tmp_path):
+    # an NT product whose B is transposed first runs as NN (access.family_layout): a config tuned
+    # on NN is not checked again there, and one tuned on NT is checked as NN, not as NT
+    checked = []
+    monkeypatch.setattr(tuning, "spills", lambda cfg, layout, arch: checked.append(layout) or layout == "NT")
+    props = SimpleNamespace(name="Test GPU", major=9, minor=0, arch="sm_90", sms=132, id=0,
+                            smem_per_block_optin=SM90.smem_per_block_optin, smem_per_sm=SM90.smem_per_sm,
+                            regs_per_sm=SM90.regs_per_sm, max_threads_per_block=1024, max_threads_per_sm=2048,
+                            max_blocks_per_sm=32)
+    monkeypatch.setenv("TILEGEMM_TUNE_DIR", str(tmp_path))
+    sel = tuning.Selector(props, "1", "13.0")
+    cfg = {**tuning.BIG, "splits": 1}
+    for M in (4096, 1024):
+        sel._shipped = {tuning.shape_key("NN", M, 4096, 4096, 1): {"config": cfg, "shape": [M, 4096, 4096, 1]}}
+        sel._user = {}
+        checked.clear()
+        found = sel.source("NT", M, 4096, 4096, 1)
+        if M == 4096:  # transposed: runs as NN, the layout it was tuned for
+            assert found == (cfg, "shipped") and checked == []
+        else:  # runs as NT, where (here) it spills
+            assert found[1] == "heuristic" and checked and set(checked) == {"NT"}
+    # tuned on NT at a shape the transposition serves: checked as NN, where it does not spill
+    sel._shipped, sel._user = {}, {tuning.shape_key("NT", 4096, 4096, 4096, 1): {"config": cfg, "shape": [4096, 4096, 4096, 1]}}
+    checked.clear()
+    assert sel.source("NT", 4096, 4096, 4096, 1) == (cfg, "tuned") and set(checked) == {"NN"}
+    # the tensor-core configs read B as it is: checked as NT
+    assert tuning.borrowed_spills({**cfg, "mma": 3}, "NN", "NT", 4096, 4096, 4096, 1, "sm_90")
+    assert checked[-1] == "NT"
+
+
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("vec", [4, 1])
 def test_family_default_compiles_without_spills(arch, vec):

@@ -434,6 +434,13 @@ def test_family_transposes_rule():
     assert not any(t(lay, True, 4096, 300, 1000, 1) for lay in ("NN", "TN", "TT"))
     assert not t("NT", True, 4096, 2**15, 2**14, 1)  # a copy over COPY_LIMIT floats
     assert access.kernel_layout("TT", 4096, 300, 1000) == "TT"
+    # the layout a config's kernel is built for: the cp.async FFMA configs only
+    F = registry.FAMILY
+    lay = lambda cfg, M: access.family_layout(F.params(cfg), "NT", M, 300, 1000)
+    assert lay({}, 2048) == "NN" and lay({}, 2047) == "NT"
+    assert lay({"mma": 3}, 4096) == "NT" and lay({"mma": 1}, 4096) == "NT"  # tensor cores read B as it is
+    assert lay({"stages": 0}, 4096) == "NT"  # the register pipeline
+    assert access.family_layout(F.params({}), "TN", 4096, 300, 1000) == "TN"
 
 
 @pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])

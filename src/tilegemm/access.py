@@ -103,6 +103,14 @@ def kernel_layout(layout: str, M: int, N: int, K: int, count: int = 1) -> str:
     return "NN" if family_transposes(layout, True, M, N, K, count) else layout
 
 
+def family_layout(p: dict, layout: str, M: int, N: int, K: int, count: int = 1) -> str:
+    """The layout in which gemm.cu runs, with the config of parameters ``p`` (registry.FAMILY.params),
+    a product of contiguous operands of ``layout``: NN for an NT product whose B it transposes first
+    (``family_transposes``: the cp.async FFMA configs, where that was measured to pay), else
+    ``layout``.  The build a check of the config (spills, registers, SASS) must compile."""
+    return "NN" if family_transposes(layout, p["stages"] >= 2 and not p["mma"], M, N, K, count) else layout
+
+
 def row_widths(layout: str, M: int, N: int, K: int, count: int = 1, pairs: bool = True,
                odd: bool = True) -> tuple[int, int]:
     """(A's, B's) access width (floats) with which the family's cp.async configs copy each operand

@@ -21,7 +21,7 @@ from . import gpu, hopper, model, registry
 from .arrays import UNKNOWN, Operand, describe
 from .launch import (GEMM, RUNG, WGMMA, A, B, C, D, W, Program, Step, launcher, wgmma_launcher,
                      wgmma_tf32_launcher)
-from .access import (ROW_CLASSES, aligned_cols, copy_floats, family_copies, family_transposes, family_widths,
+from .access import (ROW_CLASSES, aligned_cols, copy_floats, family_copies, family_layout, family_widths,
                      stored_views, vector_width)
 from .plan import GRID_Z, Plan, plan
 from .steps import pack_step, reduce_step, tf32_step, tma_step, transpose_step
@@ -288,10 +288,10 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
     params = registry.FAMILY.params(cfg)
     cp_async = params["stages"] >= 2
     ops = [(at[A], g.lda, sa), (at[B], g.ldb, sb)]
-    # NT run as NN on B transposed into aligned K x N rows, where that pays (access.family_transposes;
+    # NT run as NN on B transposed into aligned K x N rows, where that pays (access.family_layout;
     # measured on the FFMA configs only, so the tensor-core ones read B as it is)
-    transposed = family_transposes(g.layout, cp_async and not params["mma"], g.M, g.N, g.K, g.count)
-    layout = "NN" if transposed else g.layout
+    layout = family_layout(params, g.layout, g.M, g.N, g.K, g.count)
+    transposed = layout != g.layout
     if transposed:
         ops[1] = (0, aligned_cols(g.N), 0)
     copied = family_copies(layout, cp_async, [vector_width(o, pairs=True) for o in ops], g.M, g.N, g.K, g.count)

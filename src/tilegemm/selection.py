@@ -33,7 +33,7 @@ import threading
 import warnings
 from pathlib import Path
 
-from . import compiler, folders, gpu, model, registry
+from . import access, compiler, folders, gpu, model, registry
 from ._version import __version__
 from .occupancy import Limits
 
@@ -203,6 +203,14 @@ def spills(cfg: dict, layout: str, arch: str) -> bool:
     return bool(r.spill_stores or r.spill_loads)
 
 
+def borrowed_spills(cfg: dict, tuned_for: str, layout: str, M: int, N: int, K: int, count: int, arch: str) -> bool:
+    """Whether ``cfg``, tuned for products of ``tuned_for``, spills where it runs this product of
+    ``layout``: checked in the layout the kernel runs it in (access.family_layout: an NT product
+    whose B is transposed first runs as NN), unless that is the one it was tuned for."""
+    run_as = access.family_layout(registry.FAMILY.params(cfg), layout, M, N, K, count)
+    return run_as != tuned_for and spills(cfg, run_as, arch)
+
+
 class Selector:
     """Config selection for one device, memoised per (layout, M, N, K, count)."""
 
@@ -239,7 +247,7 @@ class Selector:
             passes.append(("shipped", shipped, False, None))
         for name, entries, exact, lays in passes:
             for cfg, tuned_for in lookups(entries, layout, M, N, K, count, exact, lays):
-                if check_config(cfg, limits) or (tuned_for != layout and spills(cfg, layout, self.props.arch)):
+                if check_config(cfg, limits) or borrowed_spills(cfg, tuned_for, layout, M, N, K, count, self.props.arch):
                     continue  # the next entry that can serve the shape
                 return cfg, name
         for cfg in self.predicted(M, N, K, count, 1, layout):

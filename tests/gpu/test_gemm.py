@@ -133,19 +133,7 @@ def test_misaligned_operands_copied_where_it_pays(cp, cfg, layout, sizes):
     rng = np.random.default_rng()
     a = _matrix(cp, rng, M, K, layout[0] == "T", 0, 0)
     b = _matrix(cp, rng, K, N, False, 0, 0)
-    c = cp.asarray(rng.standard_normal((M, N), dtype=np.float32))
-    ref = np.matmul(cp.asnumpy(a).astype(np.float64), cp.asnumpy(b).astype(np.float64))
-    tilegemm.clear_caches()
-    for _ in range(2):
-        out = cp.full((M, N), np.nan, dtype=np.float32)
-        tilegemm.matmul(a, b, out=out, config=cfg)
-        assert np.linalg.norm(cp.asnumpy(out) - ref) / np.linalg.norm(ref) < TOL
-    (entry,) = fastpath.entries()  # the program both calls ran: one copy step where the config copies by cp.async
-    copies = sum(len(step.args) == len(launch.PACK.fields) for step in entry.program.steps)
-    assert copies == (1 if registry.FAMILY.params(entry.program.config)["stages"] >= 2 else 0), entry.program.config
-    g = tilegemm.gemm(a, b, c, alpha=-0.5, beta=2.0, config=cfg)
-    gref = -0.5 * ref + 2.0 * cp.asnumpy(c).astype(np.float64)
-    assert np.linalg.norm(cp.asnumpy(g) - gref) / np.linalg.norm(gref) < TOL
+    _calls_with_one_step(cp, rng, a, b, cfg, launch.PACK)
 
 
 @pytest.mark.parametrize("cfg", [None, {**selection.BIG, "splits": 1}, {**selection.BIG, "splits": 3},
@@ -161,22 +149,32 @@ def test_nt_runs_on_b_transposed_where_it_pays(cp, cfg, n, pad, off):
     rng = np.random.default_rng()
     a = _matrix(cp, rng, M, K, False, 0, 0)
     b = _matrix(cp, rng, K, n, True, pad, off)
-    c = cp.asarray(rng.standard_normal((M, n), dtype=np.float32))
-    ref = np.matmul(cp.asnumpy(a).astype(np.float64), cp.asnumpy(b).astype(np.float64))
-    tilegemm.clear_caches()
-    for _ in range(2):
-        out = cp.full((M, n), np.nan, dtype=np.float32)
-        tilegemm.matmul(a, b, out=out, config=cfg)
-        assert np.linalg.norm(cp.asnumpy(out) - ref) / np.linalg.norm(ref) < TOL
-    (entry,) = fastpath.entries()
-    transposes = sum(len(step.args) == len(launch.PACK_T.fields) for step in entry.program.steps)
-    assert transposes == (1 if registry.FAMILY.params(entry.program.config)["stages"] >= 2 else 0)
-    g = tilegemm.gemm(a, b, c, alpha=-0.5, beta=2.0, config=cfg)
-    gref = -0.5 * ref + 2.0 * cp.asnumpy(c).astype(np.float64)
-    assert np.linalg.norm(cp.asnumpy(g) - gref) / np.linalg.norm(gref) < TOL
+    ref = _calls_with_one_step(cp, rng, a, b, cfg, launch.PACK_T)
     outf = cp.asfortranarray(cp.full((M, n), np.nan, dtype=np.float32))
     tilegemm.matmul(a, b, out=outf, config=cfg)
     assert np.linalg.norm(cp.asnumpy(outf) - ref) / np.linalg.norm(ref) < TOL
+
+
+def _calls_with_one_step(cp, rng, a, b, cfg, kind):
+    """a @ b with ``cfg`` twice into a poisoned result (the second call through the memo), checked
+    against float64; the program both calls ran holds one ``kind`` step (launch.PACK: a copy into
+    aligned rows, launch.PACK_T: a transposed copy) where the config copies by cp.async, none
+    otherwise; then gemm with alpha and beta.  Returns the float64 product."""
+    M, N = a.shape[0], b.shape[1]
+    c = cp.asarray(rng.standard_normal((M, N), dtype=np.float32))
+    ref = np.matmul(cp.asnumpy(a).astype(np.float64), cp.asnumpy(b).astype(np.float64))
+    tilegemm.clear_caches()
+    for _ in range(2):
+        out = cp.full((M, N), np.nan, dtype=np.float32)
+        tilegemm.matmul(a, b, out=out, config=cfg)
+        assert np.linalg.norm(cp.asnumpy(out) - ref) / np.linalg.norm(ref) < TOL
+    (entry,) = fastpath.entries()
+    steps = sum(len(step.args) == len(kind.fields) for step in entry.program.steps)
+    assert steps == (1 if registry.FAMILY.params(entry.program.config)["stages"] >= 2 else 0), entry.program.config
+    g = tilegemm.gemm(a, b, c, alpha=-0.5, beta=2.0, config=cfg)
+    gref = -0.5 * ref + 2.0 * cp.asnumpy(c).astype(np.float64)
+    assert np.linalg.norm(cp.asnumpy(g) - gref) / np.linalg.norm(gref) < TOL
+    return ref
 
 
 def check_case(cp, case, config, precision="fp32", tol=TOL):

@@ -8,7 +8,7 @@ shipped measured peaks.  With a GPU, the driver's occupancy and a timed run besi
 
 from __future__ import annotations
 
-from .. import compiler, gpu as _gpu, occupancy, registry
+from .. import access, compiler, gpu as _gpu, occupancy, registry
 from . import patterns, roofline, sass
 
 
@@ -30,15 +30,18 @@ def build(name: str, config: dict | None = None, shape=(4096, 4096, 4096), layou
     spec.check(params, limits, given=config)
     if gpu is not None:
         roofline.peaks_for(gpu)  # an unknown GPU name raises here, before the compile
-    compiled = spec.compile(spec.compiled_params(params), layout=layout, arch=arch)
-    res = compiled.resources
     M, N, K = shape
+    # the layout the kernel runs this product in (the family runs an NT product whose B it transposes
+    # first as NN): what is compiled, read and predicted
+    run_as = access.family_layout(params, layout, M, N, K) if spec is registry.FAMILY else layout
+    compiled = spec.compile(spec.compiled_params(params), layout=run_as, arch=arch)
+    res = compiled.resources
     threads = spec.threads(params)
     dyn = spec.smem(params)
     occ = occupancy.occupancy(threads, res.registers, res.shared_bytes + dyn, limits)
     report = {
         "kernel": spec.name, "summary": spec.summary, "source": spec.source, "params": params,
-        "layout": layout, "arch": arch, "shape": [M, N, K],
+        "layout": layout, "kernel_layout": run_as, "arch": arch, "shape": [M, N, K],
         "resources": {"threads": threads, "tile": list(spec.tile(params)), "registers": res.registers,
                       "static_smem": res.shared_bytes, "dynamic_smem": dyn,
                       "spill_bytes": res.spill_stores + res.spill_loads},
@@ -51,8 +54,8 @@ def build(name: str, config: dict | None = None, shape=(4096, 4096, 4096), layou
          "requests_per_block": s.requests,
          "classic_per_request": s.per_request, "hopper_per_request": h.per_request,
          "hopper_ideal_per_request": h.ideal / max(1, h.requests)}
-        for s, h in zip(patterns.predict(name, params, K, layout, "classic"),
-                        patterns.predict(name, params, K, layout, "hopper"))
+        for s, h in zip(patterns.predict(name, params, K, run_as, "classic"),
+                        patterns.predict(name, params, K, run_as, "hopper"))
     ]
     listing = sass.disassemble(compiled.cubin)
     loop = sass.inspect(listing)
@@ -76,11 +79,11 @@ def build(name: str, config: dict | None = None, shape=(4096, 4096, 4096), layou
     rf = roofline.roofline(M, N, K, peaks, name, params)
     report["roofline"] = {"gpu": gpu_name, "peaks": peaks, **rf.as_dict()}
     if measure if measure is not None else have_gpu:
-        report["measured"] = _measure(spec, name, params, M, N, K, layout, peaks)
+        report["measured"] = _measure(spec, name, params, M, N, K, layout, run_as, peaks)
     return report
 
 
-def _measure(spec, name, params, M, N, K, layout, peaks) -> dict:
+def _measure(spec, name, params, M, N, K, layout, run_as, peaks) -> dict:
     from .. import bench  # the bench (above the library) measures; the report itself needs no GPU
     from . import probe
 
@@ -88,7 +91,7 @@ def _measure(spec, name, params, M, N, K, layout, peaks) -> dict:
     cub, ours = rows[0], rows[1]
     return {"tflops": ours.tflops, "cublas_tflops": cub.tflops, "ratio": ours.ratio,
             "rel_err": ours.rel_err, "fraction_of_peak": ours.tflops / roofline.compute_peak(name, peaks, params),
-            "driver_blocks_per_sm": probe.driver_occupancy(spec, spec.compiled_params(params), layout)}
+            "driver_blocks_per_sm": probe.driver_occupancy(spec, spec.compiled_params(params), run_as)}
 
 
 def render(report: dict, console) -> None:
@@ -97,7 +100,9 @@ def render(report: dict, console) -> None:
 
     r, res, occ = report, report["resources"], report["occupancy"]
     M, N, K = r["shape"]
-    console.rule(f"[bold]{r['kernel']}[/bold] on {M}x{N}x{K} ({r['layout']}), compiled for {r['arch']}")
+    runs = r.get("kernel_layout", r["layout"])
+    how = f"{r['layout']}" if runs == r["layout"] else f"{r['layout']}, run as {runs} on B transposed first"
+    console.rule(f"[bold]{r['kernel']}[/bold] on {M}x{N}x{K} ({how}), compiled for {r['arch']}")
     console.print(f"{r['summary']}  [dim](follows: {r['source']}; docs/sources.md)[/dim]")
     console.print(f"params {r['params']}")
     t = Table(title="Resources and occupancy (Memory and data locality §4.7)")

@@ -345,10 +345,10 @@ def test_operands_not_copied(stubs, case):
 
 
 def test_nt_runs_as_nn_on_b_transposed_where_the_copy_pays(stubs):
-    # NT, B stored 301 x 1000 (ldb 1001), 2048 rows of A: 2048 >= COPY_MACS_PER_ELEMENT multiply-adds
-    # per element of B, so B is transposed into 1000 rows of 304 floats after the split planes and the
-    # kernel is built for NN with aligned B
-    M, N, K = 2048, 301, 1000
+    # NT, B stored 301 x 2000 (ldb 2001), 2048 rows of A: 2048 >= COPY_MACS_PER_ELEMENT multiply-adds
+    # per element of B and the product >= TRANSPOSE_MIN_MACS, so B is transposed into 2000 rows of
+    # 304 floats after the split planes and the kernel is built for NN with aligned B
+    M, N, K = 2048, 301, 2000
     b = Operand("b", "cupy", None, (K, N), (1, K + 1), F32, 0, PB)
     p = plan(op("a", (M, K), ptr=PA), b, op("out", (M, N), ptr=PD))
     prog, launches = run(p, {**BIG, "splits": 2}, stubs)
@@ -360,9 +360,11 @@ def test_nt_runs_as_nn_on_b_transposed_where_the_copy_pays(stubs):
     assert prog.work_floats == -(-planes // 64) * 64 + K * 304
     assert stubs.built[-1][1:3] == ("NN", 4)
     assert len(launches) == 3  # the transpose, the kernel, the reduction
-    # one row of A fewer, a batch, the register pipeline, or the tensor cores: NT as it is, B read in place
+    # one row of A fewer, a batch, the register pipeline, the tensor cores, or a product below
+    # TRANSPOSE_MIN_MACS: NT as it is, B read in place
     mma = {"bm": 64, "bn": 64, "tm": 8, "tn": 8, "ln": 8, "stages": 4, "mma": 3}  # TF32x3 on the tensor cores
-    for (m, count, extra) in ((M - 1, 1, {}), (M, 2, {}), (M, 1, {"stages": 0}), (M, 1, mma)):
+    for (m, count, extra, K) in ((M - 1, 1, {}, K), (M, 2, {}, K), (M, 1, {"stages": 0}, K), (M, 1, mma, K),
+                                 (M, 1, {}, 1000)):
         bb = Operand("b", "cupy", None, (K, N), (1, K + 1), F32, 0, PB) if count == 1 else \
             Operand("b", "cupy", None, (count, K, N), (K * (K + 1), 1, K + 1), F32, 0, PB)
         a = op("a", (m, K), ptr=PA) if count == 1 else op("a", (count, m, K), ptr=PA)

@@ -426,8 +426,11 @@ def test_rows_by_rows_by_build():
 
 def test_family_transposes_rule():
     t = access.family_transposes
-    assert t("NT", True, 2048, 300, 1000, 1) and access.kernel_layout("NT", 2048, 300, 1000) == "NN"
-    assert not t("NT", True, 2047, 300, 1000, 1) and access.kernel_layout("NT", 2047, 300, 1000) == "NT"
+    assert t("NT", True, 2048, 300, 2000, 1) and access.kernel_layout("NT", 2048, 300, 2000) == "NN"
+    assert not t("NT", True, 2047, 300, 2000, 1) and access.kernel_layout("NT", 2047, 300, 2000) == "NT"
+    # products below TRANSPOSE_MIN_MACS multiply-adds read B as it is
+    assert not t("NT", True, 2048, 300, 1000, 1) and access.kernel_layout("NT", 2048, 300, 1000) == "NT"
+    assert t("NT", True, 2048, 512, 1024, 1) and not t("NT", True, 2048, 512, 1023, 1)  # 2^30 exactly
     assert not t("NT", False, 4096, 300, 1000, 1)  # the register pipeline reads B along k itself
     assert not t("NT", True, 4096, 300, 1000, 2)  # batches: no copies
     assert not t("NT", True, 4096, 300, 0, 1)
@@ -436,7 +439,7 @@ def test_family_transposes_rule():
     assert access.kernel_layout("TT", 4096, 300, 1000) == "TT"
     # the layout a config's kernel is built for: the cp.async FFMA configs only
     F = registry.FAMILY
-    lay = lambda cfg, M: access.family_layout(F.params(cfg), "NT", M, 300, 1000)
+    lay = lambda cfg, M: access.family_layout(F.params(cfg), "NT", M, 300, 2000)
     assert lay({}, 2048) == "NN" and lay({}, 2047) == "NT"
     assert lay({"mma": 3}, 4096) == "NT" and lay({"mma": 1}, 4096) == "NT"  # tensor cores read B as it is
     assert lay({"stages": 0}, 4096) == "NT"  # the register pipeline

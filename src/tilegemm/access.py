@@ -88,13 +88,19 @@ def family_copies(layout: str, copies: bool, widths: tuple, M: int, N: int, K: i
 # family ran the same products 2-7% faster (4.0% on average) with B held as a contiguous K x N array
 # (NN); a transposed copy of B moves 8 bytes per element of B, about 67/P of the product's time at
 # 3 TB/s (P: multiply-adds per element copied, M for B), so it is made from COPY_MACS_PER_ELEMENT, as
-# the aligned copies are.
+# the aligned copies are, and only from TRANSPOSE_MIN_MACS multiply-adds: on 30 NT products below
+# that (M from 2048, 10^7 to 2^30 multiply-adds), reading B as it is ran 0.88x the device time of
+# the transpose and the NN kernel, and 0.80x the time per call (the extra launch, on the host too).
+TRANSPOSE_MIN_MACS = 1 << 30
+
+
 def family_transposes(layout: str, copies: bool, M: int, N: int, K: int, count: int) -> bool:
     """Whether the family runs an NT product as NN on a transposed copy of B in the workspace (K rows
-    of N floats rounded up to 4): cp.async configs (``copies``), one product per run, from
-    COPY_MACS_PER_ELEMENT multiply-adds per element of B (M), the copy holding at most COPY_LIMIT floats."""
+    of N floats rounded up to 4): cp.async configs (``copies``), one product per run of at least
+    TRANSPOSE_MIN_MACS multiply-adds, from COPY_MACS_PER_ELEMENT multiply-adds per element of B (M),
+    the copy holding at most COPY_LIMIT floats."""
     return bool(copies and layout == "NT" and count == 1 and K > 0 and M >= COPY_MACS_PER_ELEMENT
-                and copy_floats((K, N)) <= COPY_LIMIT)
+                and M * N * K >= TRANSPOSE_MIN_MACS and copy_floats((K, N)) <= COPY_LIMIT)
 
 
 def kernel_layout(layout: str, M: int, N: int, K: int, count: int = 1) -> str:

@@ -75,6 +75,20 @@ def test_filling_splits_fill_the_block_slots():
     assert model.candidates(8000, 8000, 8000, 1, 132, per_sm) == model.candidates(8000, 8000, 8000)  # no splits there
 
 
+def test_split_k_summed_in_the_kernel_is_priced_by_launch(fitted):
+    """A launch of split-K summed in the kernel holds whole tiles and no more blocks than are resident
+    (dispatch): 75 tiles of 128 x 128 split 7 ways at 2 blocks an SM (264 slots) are 525 blocks in
+    launches of 259, so three launches, the last of 7 blocks, where 74 tiles take two.  (Priced as
+    rounds of all the blocks, 525 would take two, and the H200 picked such a config at 0.75x cuBLAS.)"""
+    c = fitted["constants"]
+    cfg = {**model.TILES["128x128"], "splits": 7, "sk": 2}
+    K = 8029
+    t = {n: model.predict(c, "128x128 split7 summed", cfg, n * 128, 128, K, 1, 2, 132) for n in (74, 75)}
+    iters = 144  # k-iterations of a split: ceil(8029 / 7) = 1147, 1148 rounded up to 4, over bk = 8
+    assert t[75] - t[74] == pytest.approx(model._round(c, "128x128", 1, iters, (1.0, 1.0)) + c["launch"])
+    assert t[75] - t[74] > 0.25 * t[74]  # a third round (of one block an SM), not a few blocks more in the second
+
+
 def test_every_candidate_compiles_without_spills_in_every_layout():
     cfgs = {}
     for M, N, K in ((300, 300, 4096), (8000, 8000, 8000)):

@@ -251,10 +251,15 @@ def _predict(c: dict, tile: str, cfg: dict, M: int, N: int, K: int, count: int, 
             t += _round(c, tile, per_sm, -(-rest // grid), w) + c["hand"] * share
         return t + c["launch"]
     k_split = -(-(-(-K // splits)) // 4) * 4
-    t = _waves(c, tile, tiles * splits, per_sm, -(-k_split // bk), sms, w) + c["launch"]
+    iters = -(-k_split // bk)
     if sk == 2:
-        launches = -(-tiles * splits // ((per_sm * sms // splits) * splits or 1))
-        return t + c["summed"] * splits + (launches - 1) * c["launch"]
+        # a launch holds whole tiles and no more blocks than are resident (dispatch): each launch's
+        # blocks run their own rounds, so 525 blocks in launches of 259 take three rounds, not two
+        per = max(splits, (per_sm * sms // splits) * splits)
+        full, rest = divmod(tiles * splits, per)
+        t = full * _waves(c, tile, per, per_sm, iters, sms, w) + (_waves(c, tile, rest, per_sm, iters, sms, w) if rest else 0.0)
+        return t + c["summed"] * splits + (full + (rest > 0)) * c["launch"]
+    t = _waves(c, tile, tiles * splits, per_sm, iters, sms, w) + c["launch"]
     if splits > 1:
         t += c["red0"] + c["red1"] * (splits + 1) * M * N * count * 1e-6 + c["launch"]
     return t

@@ -33,12 +33,14 @@ def fake_gpu(monkeypatch, tmp_path):
     selection.reset()
 
 
-def _stub_measurements(monkeypatch, winner_index: int):
+def _stub_measurements(monkeypatch, winner_index: int, built: list | None = None):
     """Every candidate compiles without spills and passes its check; the one timed ``winner_index``-th
-    is the fastest."""
+    is the fastest; ``built``: a list that collects each (config, layout) compiled."""
     F = autotune.F
 
     def compile_all(cfgs, layouts, arch, **kw):
+        if built is not None:
+            built.extend((c, lay) for c in cfgs for lay in layouts)
         return {(tuple(sorted(F.compiled_params(F.params(c)).items())), lay): (128, 0, None)
                 for c in cfgs for lay in layouts}
 
@@ -113,64 +115,53 @@ def test_two_threads_missing_at_once_tune_once(fake_gpu, monkeypatch):
 H100 = SimpleNamespace(**{**vars(PROPS), "name": "NVIDIA H100 80GB HBM3"})  # has a fitted model table
 
 
-def test_the_quick_tuning_times_the_model_s_best_few(monkeypatch, tmp_path):
+@pytest.fixture
+def on_h100(monkeypatch, tmp_path):
+    """A GPU with a fitted model table (the H100's), its tuning cache in ``tmp_path``."""
     monkeypatch.setattr(gpu, "device_properties", lambda device=None: H100)
     monkeypatch.setattr(gpu, "driver_version", lambda: "580.0")
     monkeypatch.setenv("TILEGEMM_TUNE_DIR", str(tmp_path))
     selection.reset()
-    try:
-        sel = selection.selector(0)
-        best = sel.predicted(*KEY[1:], autotune.QUICK_TOP)
-        assert len(best) == autotune.QUICK_TOP and selection.select(0, *KEY) == (best[0], "model")
-        assert autotune.quick_candidates(sel, *KEY) == best  # no table holds this shape
-        timed = _stub_measurements(monkeypatch, winner_index=2)
-        res = autotune.tune_shape(0, *KEY, matmul=None)
-        assert res["mode"] == "quick" and len(timed) == len(best) and res["config"] == best[2]
-        assert selection.select(0, *KEY) == (best[2], "tuned")
-        # the tuned entry is a candidate of the next quick tuning, besides the model's
-        assert autotune.quick_candidates(sel, *KEY) == best
-        timed.clear()
-        full = autotune.tune_shape(0, *KEY, matmul=None, full=True, write=False)
-        grid = autotune.candidates(*KEY[1:], 132, Limits.from_props(H100))
-        # the full search times the grid and the model's best: k slices and filling split counts are not in the grid
-        launch = lambda c: tuple(sorted(autotune.F.params(c).items()))
-        assert not any(c.get("ks", 1) > 1 for c in grid) and any(c.get("ks", 1) > 1 for c in best)
-        tried = [t["config"] for t in full["tried"]]
-        assert full["mode"] == "full" and tried[:len(grid)] == grid and len(set(map(launch, tried))) == len(tried)
-        model_best = sel.predicted(*KEY[1:], autotune.FULL_MODEL_TOP)
-        assert {launch(c) for c in tried} == {launch(c) for c in grid + model_best}
-        assert any(c.get("ks", 1) > 1 for c in tried[len(grid):])  # 777 x 999 x 1111: the k-sliced tile among the model's best
-        # products below the bench draw's work are timed from graphs (one by one they time the host)
-        assert GRAPHS and all(GRAPHS)  # 777 x 999 x 1111
-        GRAPHS.clear()
-        autotune.tune_shape(0, "NN", 2000, 1000, 1000, 1, matmul=None, write=False)
-        assert GRAPHS and not any(GRAPHS)
-    finally:
-        selection.reset()
+    yield
+    selection.reset()
 
 
-def test_the_tuner_builds_each_candidate_in_the_layout_it_runs(monkeypatch, tmp_path):
+def test_the_quick_tuning_times_the_model_s_best_few(monkeypatch, on_h100):
+    sel = selection.selector(0)
+    best = sel.predicted(*KEY[1:], autotune.QUICK_TOP)
+    assert len(best) == autotune.QUICK_TOP and selection.select(0, *KEY) == (best[0], "model")
+    assert autotune.quick_candidates(sel, *KEY) == best  # no table holds this shape
+    timed = _stub_measurements(monkeypatch, winner_index=2)
+    res = autotune.tune_shape(0, *KEY, matmul=None)
+    assert res["mode"] == "quick" and len(timed) == len(best) and res["config"] == best[2]
+    assert selection.select(0, *KEY) == (best[2], "tuned")
+    # the tuned entry is a candidate of the next quick tuning, besides the model's
+    assert autotune.quick_candidates(sel, *KEY) == best
+    timed.clear()
+    full = autotune.tune_shape(0, *KEY, matmul=None, full=True, write=False)
+    grid = autotune.candidates(*KEY[1:], 132, Limits.from_props(H100))
+    # the full search times the grid and the model's best: k slices and filling split counts are not in the grid
+    launch = lambda c: tuple(sorted(autotune.F.params(c).items()))
+    assert not any(c.get("ks", 1) > 1 for c in grid) and any(c.get("ks", 1) > 1 for c in best)
+    tried = [t["config"] for t in full["tried"]]
+    assert full["mode"] == "full" and tried[:len(grid)] == grid and len(set(map(launch, tried))) == len(tried)
+    model_best = sel.predicted(*KEY[1:], autotune.FULL_MODEL_TOP)
+    assert {launch(c) for c in tried} == {launch(c) for c in grid + model_best}
+    assert any(c.get("ks", 1) > 1 for c in tried[len(grid):])  # 777 x 999 x 1111: the k-sliced tile among the model's best
+    # products below the bench draw's work are timed from graphs (one by one they time the host)
+    assert GRAPHS and all(GRAPHS)  # 777 x 999 x 1111
+    GRAPHS.clear()
+    autotune.tune_shape(0, "NN", 2000, 1000, 1000, 1, matmul=None, write=False)
+    assert GRAPHS and not any(GRAPHS)
+
+
+def test_the_tuner_builds_each_candidate_in_the_layout_it_runs(monkeypatch, on_h100):
     # an NT product from 2048 rows runs as NN on B transposed (access.family_layout): the tuner's
     # compile-and-spill filter must look at the NN build, not the NT one
-    monkeypatch.setattr(gpu, "device_properties", lambda device=None: H100)
-    monkeypatch.setattr(gpu, "driver_version", lambda: "580.0")
-    monkeypatch.setenv("TILEGEMM_TUNE_DIR", str(tmp_path))
-    selection.reset()
-    try:
-        _stub_measurements(monkeypatch, winner_index=0)
-        built = []
-        F = autotune.F
-
-        def compile_all(cfgs, layouts, arch, **kw):
-            built.extend((c, lay) for c in cfgs for lay in layouts)
-            return {(tuple(sorted(F.compiled_params(F.params(c)).items())), lay): (128, 0, None)
-                    for c in cfgs for lay in layouts}
-
-        monkeypatch.setattr(autotune, "compile_all", compile_all)
-        for M, want in ((4096, "NN"), (1000, "NT")):
-            built.clear()
-            res = autotune.tune_shape(0, "NT", M, 3000, 2000, 1, matmul=None, write=False)
-            assert built and {lay for _, lay in built} == {want} and res["layout"] == "NT"
-            assert len(res["tried"]) == len(built)
-    finally:
-        selection.reset()
+    built = []
+    _stub_measurements(monkeypatch, winner_index=0, built=built)
+    for M, want in ((4096, "NN"), (1000, "NT")):
+        built.clear()
+        res = autotune.tune_shape(0, "NT", M, 3000, 2000, 1, matmul=None, write=False)
+        assert built and {lay for _, lay in built} == {want} and res["layout"] == "NT"
+        assert len(res["tried"]) == len(built)

@@ -175,16 +175,21 @@ def test_shipped_tables_hold_valid_spill_free_configs():
             assert n == 0, job
 
 
-def test_a_borrowed_config_that_spills_is_not_used(monkeypatch, tmp_path):
-    spilling = {"bm": 32, "bn": 256, "bk": 32, "tm": 8, "tn": 8, "ln": 8, "minb": 2, "swizzle": 8, "splits": 1}
-    # whether a config spills depends on the NVRTC version: pretend this one spills in TT only
-    monkeypatch.setattr(tuning, "spills", lambda cfg, layout, arch: layout == "TT")
+def _test_selector(monkeypatch, tmp_path):
+    """A Selector of an sm_90 GPU with no tables of its own, its tuning cache in ``tmp_path``."""
     props = SimpleNamespace(name="Test GPU", major=9, minor=0, arch="sm_90", sms=132, id=0,
                             smem_per_block_optin=SM90.smem_per_block_optin, smem_per_sm=SM90.smem_per_sm,
                             regs_per_sm=SM90.regs_per_sm, max_threads_per_block=1024, max_threads_per_sm=2048,
                             max_blocks_per_sm=32)
     monkeypatch.setenv("TILEGEMM_TUNE_DIR", str(tmp_path))
-    sel = tuning.Selector(props, "1", "13.0")
+    return tuning.Selector(props, "1", "13.0")
+
+
+def test_a_borrowed_config_that_spills_is_not_used(monkeypatch, tmp_path):
+    spilling = {"bm": 32, "bn": 256, "bk": 32, "tm": 8, "tn": 8, "ln": 8, "minb": 2, "swizzle": 8, "splits": 1}
+    # whether a config spills depends on the NVRTC version: pretend this one spills in TT only
+    monkeypatch.setattr(tuning, "spills", lambda cfg, layout, arch: layout == "TT")
+    sel = _test_selector(monkeypatch, tmp_path)
     sel._user, sel._shipped = {}, {"NN:4x12x12x0x1": {"config": spilling}}
     assert sel.source("NN", 16, 4096, 4096, 1) == (spilling, "shipped")
     cfg, src = sel.source("TT", 16, 4096, 4096, 1)
@@ -202,12 +207,7 @@ def test_a_borrowed_config_is_checked_in_the_layout_its_kernel_runs(monkeypatch,
     # on NN is not checked again there, and one tuned on NT is checked as NN, not as NT
     checked = []
     monkeypatch.setattr(tuning, "spills", lambda cfg, layout, arch: checked.append(layout) or layout == "NT")
-    props = SimpleNamespace(name="Test GPU", major=9, minor=0, arch="sm_90", sms=132, id=0,
-                            smem_per_block_optin=SM90.smem_per_block_optin, smem_per_sm=SM90.smem_per_sm,
-                            regs_per_sm=SM90.regs_per_sm, max_threads_per_block=1024, max_threads_per_sm=2048,
-                            max_blocks_per_sm=32)
-    monkeypatch.setenv("TILEGEMM_TUNE_DIR", str(tmp_path))
-    sel = tuning.Selector(props, "1", "13.0")
+    sel = _test_selector(monkeypatch, tmp_path)
     cfg = {**tuning.BIG, "splits": 1}
     for M in (4096, 1024):
         sel._shipped = {tuning.shape_key("NN", M, 4096, 4096, 1): {"config": cfg, "shape": [M, 4096, 4096, 1]}}

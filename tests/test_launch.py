@@ -363,11 +363,11 @@ def test_nt_runs_as_nn_on_b_transposed_where_the_copy_pays(stubs):
     # one row of A fewer, a batch, the register pipeline, the tensor cores, or a product below
     # TRANSPOSE_MIN_MACS: NT as it is, B read in place
     mma = {"bm": 64, "bn": 64, "tm": 8, "tn": 8, "ln": 8, "stages": 4, "mma": 3}  # TF32x3 on the tensor cores
-    for (m, count, extra, K) in ((M - 1, 1, {}, K), (M, 2, {}, K), (M, 1, {"stages": 0}, K), (M, 1, mma, K),
+    for (m, count, extra, k) in ((M - 1, 1, {}, K), (M, 2, {}, K), (M, 1, {"stages": 0}, K), (M, 1, mma, K),
                                  (M, 1, {}, 1000)):
-        bb = Operand("b", "cupy", None, (K, N), (1, K + 1), F32, 0, PB) if count == 1 else \
-            Operand("b", "cupy", None, (count, K, N), (K * (K + 1), 1, K + 1), F32, 0, PB)
-        a = op("a", (m, K), ptr=PA) if count == 1 else op("a", (count, m, K), ptr=PA)
+        bb = Operand("b", "cupy", None, (k, N), (1, k + 1), F32, 0, PB) if count == 1 else \
+            Operand("b", "cupy", None, (count, k, N), (k * (k + 1), 1, k + 1), F32, 0, PB)
+        a = op("a", (m, k), ptr=PA) if count == 1 else op("a", (count, m, k), ptr=PA)
         out = op("out", (m, N), ptr=PD) if count == 1 else op("out", (count, m, N), ptr=PD)
         del stubs.log[:]
         prog, launches = run(plan(a, bb, out), {**BIG, "splits": 1, **extra}, stubs)

@@ -86,7 +86,7 @@ def test_split_k_summed_in_the_kernel_is_priced_by_launch(fitted):
     t = {n: model.predict(c, "128x128 split7 summed", cfg, n * 128, 128, K, 1, 2, 132) for n in (74, 75)}
     iters = 144  # k-iterations of a split: ceil(8029 / 7) = 1147, 1148 rounded up to 4, over bk = 8
     assert t[75] - t[74] == pytest.approx(model._round(c, "128x128", 1, iters, (1.0, 1.0)) + c["launch"])
-    assert t[75] - t[74] > 0.25 * t[74]  # a third round (of one block an SM), not a few blocks more in the second
+    assert t[75] - t[74] > 0.15 * t[74]  # a third round (of one block an SM), not a few blocks more in the second
 
 
 def test_every_candidate_compiles_without_spills_in_every_layout():

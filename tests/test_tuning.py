@@ -111,7 +111,7 @@ def test_an_exact_shape_comes_before_its_bucket():
     assert tuning.lookup(entries, "TN", 4096, 4096, 4096, 1) == {"bm": 32}
     assert tuning.lookup(entries, "TT", 3968, 4096, 4096, 1) == {"bm": 128}  # NN's exact entry
     assert tuning.lookup(entries, "NT", 3968, 4096, 4096, 1) == {"bm": 16}  # NT's bucket before NN's exact entry
-    assert [lay for _, lay in tuning.lookups(entries, "NT", 3968, 4096, 4096, 1)] == ["NT", "NN", "NN"]
+    assert [lay for _, lay, _ in tuning.lookups(entries, "NT", 3968, 4096, 4096, 1)] == ["NT", "NN", "NN"]
 
 
 def _writer(path, i):
@@ -218,12 +218,25 @@ def test_a_borrowed_config_is_checked_in_the_layout_its_kernel_runs(monkeypatch,
             assert found == (cfg, "shipped") and checked == []
         else:  # runs as NT, where (here) it spills
             assert found[1] == "heuristic" and checked and set(checked) == {"NT"}
-    # tuned on NT at a shape the transposition serves: checked as NN, where it does not spill
+    # tuned on NT at a shape the transposition serves: measured in the NN build that runs it, not
+    # checked again; tuned on NT below the bound (built as NT) and serving a transposed product of the
+    # same bucket: checked as NN, where it does not spill
     sel._shipped, sel._user = {}, {tuning.shape_key("NT", 4096, 4096, 4096, 1): {"config": cfg, "shape": [4096, 4096, 4096, 1]}}
     checked.clear()
-    assert sel.source("NT", 4096, 4096, 4096, 1) == (cfg, "tuned") and set(checked) == {"NN"}
+    assert sel.source("NT", 4096, 4096, 4096, 1) == (cfg, "tuned") and checked == []
+    sel._user = {tuning.entry_key("NT", tuning.bucket(2500, 4096, 4096, 1)): {"config": cfg, "shape": [1500, 4096, 4096, 1]}}
+    assert sel.source("NT", 2500, 4096, 4096, 1) == (cfg, "tuned") and set(checked) == {"NN"}
+    # an NT bucket entry measured where B was transposed (2500 rows: built as NN) serving a product of
+    # the same bucket that runs as NT (1500 rows): checked as NT, where (here) it spills
+    sel._shipped = {}
+    sel._user = {tuning.entry_key("NT", tuning.bucket(1500, 4096, 4096, 1)): {"config": cfg, "shape": [2500, 4096, 4096, 1]}}
+    checked.clear()
+    assert tuning.bucket(1500, 4096, 4096, 1) == tuning.bucket(2500, 4096, 4096, 1)
+    assert sel.source("NT", 1500, 4096, 4096, 1)[1] == "heuristic" and checked and set(checked) == {"NT"}
+    # an NT entry of unknown shape is checked wherever it runs
+    assert tuning.borrowed_spills(cfg, "NT", None, "NT", 1500, 4096, 4096, 1, "sm_90") and checked[-1] == "NT"
     # the tensor-core configs read B as it is: checked as NT
-    assert tuning.borrowed_spills({**cfg, "mma": 3}, "NN", "NT", 4096, 4096, 4096, 1, "sm_90")
+    assert tuning.borrowed_spills({**cfg, "mma": 3}, "NN", None, "NT", 4096, 4096, 4096, 1, "sm_90")
     assert checked[-1] == "NT"
 
 

@@ -104,7 +104,7 @@ def family_transposes(layout: str, copies: bool, M: int, N: int, K: int, count: 
 
 
 def kernel_layout(layout: str, M: int, N: int, K: int, count: int = 1) -> str:
-    """The layout the family's cp.async configs run a product of contiguous operands of ``layout`` in:
+    """The layout the family's cp.async FFMA configs (those the cost model ranks) run a product of contiguous operands of ``layout`` in:
     NN for an NT product whose B they transpose first (``family_transposes``), else ``layout``."""
     return "NN" if family_transposes(layout, True, M, N, K, count) else layout
 

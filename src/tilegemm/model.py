@@ -25,7 +25,8 @@ whose timings include the copy: docs/model.md.)
 - stream-K (sk = 1): whole waves of whole tiles, then the rest's k-iterations shared by all
   r * SMs blocks, plus a hand-over ``hand`` per block that shares a tile (a tile's owner adds the
   partial sums of the others one after another);
-- split-K summed in the kernel (sk = 2): as data-parallel, plus ``summed * splits``;
+- split-K summed in the kernel (sk = 2): launch by launch, as dispatch runs it (a launch holds whole
+  tiles, no more blocks than r * SMs), each launch's blocks as data-parallel, plus ``summed * splits``;
 - every launch costs ``launch``.
 The constants are fitted to calibration measurements by calibration.py
 (``python -m tilegemm.calibration fit FILE... [--small FILE...] --out TABLE``).  A model table holds

@@ -178,16 +178,17 @@ def lookup(entries: dict, layout: str, M: int, N: int, K: int, count: int) -> di
 
 def lookups(entries: dict, layout: str, M: int, N: int, K: int, count: int, exact: bool = False,
             layouts: tuple | None = None):
-    """(config, the layout it was tuned for) of every entry that can serve this shape, in order:
-    this layout's entry for the exact shape, then for its bucket, then NN's exact and bucket ones;
-    with ``exact``, only entries measured on this very shape (their "shape"); ``layouts``: only
-    the entries of these layouts (default: this layout's, then NN's)."""
+    """(config, the layout it was tuned for, the shape it was measured on or None) of every entry
+    that can serve this shape, in order: this layout's entry for the exact shape, then for its
+    bucket, then NN's exact and bucket ones; with ``exact``, only entries measured on this very
+    shape (their "shape"); ``layouts``: only the entries of these layouts (default: this layout's,
+    then NN's)."""
     b = bucket(M, N, K, count)
     for lay in layouts or dict.fromkeys((layout, "NN")):
         for key in (shape_key(lay, M, N, K, count), entry_key(lay, b)):
             e = entries.get(key)
             if e and (not exact or list(e.get("shape", ())) == [M, N, K, count]):
-                yield dict(e["config"]), lay
+                yield dict(e["config"]), lay, (tuple(e["shape"]) if e.get("shape") else None)
 
 
 def lookup_with_layout(entries: dict, layout: str, M: int, N: int, K: int, count: int):
@@ -203,12 +204,19 @@ def spills(cfg: dict, layout: str, arch: str) -> bool:
     return bool(r.spill_stores or r.spill_loads)
 
 
-def borrowed_spills(cfg: dict, tuned_for: str, layout: str, M: int, N: int, K: int, count: int, arch: str) -> bool:
-    """Whether ``cfg``, tuned for products of ``tuned_for``, spills where it runs this product of
-    ``layout``: checked in the layout the kernel runs it in (access.family_layout: an NT product
-    whose B is transposed first runs as NN), unless that is the one it was tuned for."""
-    run_as = access.family_layout(registry.FAMILY.params(cfg), layout, M, N, K, count)
-    return run_as != tuned_for and spills(cfg, run_as, arch)
+def borrowed_spills(cfg: dict, tuned_for: str, tuned_shape: tuple | None, layout: str, M: int, N: int, K: int,
+                    count: int, arch: str) -> bool:
+    """Whether ``cfg``, an entry measured on a product of ``tuned_for`` (of ``tuned_shape``, where
+    known), spills where it runs this product of ``layout``: checked in the layout the kernel runs it
+    in (access.family_layout: an NT product whose B is transposed first runs as NN), unless its build
+    there is the one that was measured.  An NT entry of unknown shape may have run either way: checked."""
+    p = registry.FAMILY.params(cfg)
+    run_as = access.family_layout(p, layout, M, N, K, count)
+    if tuned_shape is not None:
+        built = access.family_layout(p, tuned_for, *tuned_shape)
+    else:
+        built = None if tuned_for == "NT" else tuned_for
+    return run_as != built and spills(cfg, run_as, arch)
 
 
 class Selector:
@@ -246,8 +254,9 @@ class Selector:
         if not self._has_model():
             passes.append(("shipped", shipped, False, None))
         for name, entries, exact, lays in passes:
-            for cfg, tuned_for in lookups(entries, layout, M, N, K, count, exact, lays):
-                if check_config(cfg, limits) or borrowed_spills(cfg, tuned_for, layout, M, N, K, count, self.props.arch):
+            for cfg, tuned_for, tuned_shape in lookups(entries, layout, M, N, K, count, exact, lays):
+                if check_config(cfg, limits) or borrowed_spills(cfg, tuned_for, tuned_shape, layout, M, N, K, count,
+                                                                self.props.arch):
                     continue  # the next entry that can serve the shape
                 return cfg, name
         for cfg in self.predicted(M, N, K, count, 1, layout):

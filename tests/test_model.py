@@ -75,6 +75,20 @@ def test_filling_splits_fill_the_block_slots():
     assert model.candidates(8000, 8000, 8000, 1, 132, per_sm) == model.candidates(8000, 8000, 8000)  # no splits there
 
 
+def test_stream_k_shares_the_last_wave_of_many(fitted):
+    """With 8 * SMs or more of 128 x 128 tiles, no split is offered but WAVE_STREAM_K_TILES run as
+    stream-K still: whole waves of whole tiles, the last wave's k-iterations shared.  Where the data-parallel
+    tiles leave a last wave nearly empty, the model picks it (2048 x 11008: 688 tiles of 256 x 128 are 5.2
+    waves of one block an SM)."""
+    names = [n for n, _ in model.candidates(2048, 11008, 4096)]
+    assert -(-2048 // 128) * -(-11008 // 128) >= 8 * 132
+    assert not any(" split" in n for n in names)
+    assert [n for n in names if n.endswith("stream-K")] == [f"{t} stream-K" for t in model.WAVE_STREAM_K_TILES]
+    assert set(model.WAVE_STREAM_K_TILES) <= set(model.STREAM_K_TILES)
+    name, cfg, _ = model.choose(fitted["constants"], fitted["blocks_per_sm"], 2048, 11008, 4096, 1, 132)
+    assert name.endswith("stream-K") and cfg["sk"] == 1
+
+
 def test_split_k_summed_in_the_kernel_is_priced_by_launch(fitted):
     """A launch of split-K summed in the kernel holds whole tiles and no more blocks than are resident
     (dispatch): 75 tiles of 128 x 128 split 7 ways at 2 blocks an SM (264 slots) are 525 blocks in

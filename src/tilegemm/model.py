@@ -68,6 +68,11 @@ TILES = {
 SPLITS = (2, 4, 8, 16, 32, 64, 128, 256)
 SPLIT_TILES = ("128x128", "64x128", "128x64", "64x64", "64x64f", "64x64s", "32x256", "32x32")  # also run split over K
 STREAM_K_TILES = ("256x128", "128x128", "128x128w", "64x64f")  # also run as stream-K
+# run as stream-K also where there are 8 * SMs or more of 128 x 128 tiles (whole waves, stream-K sharing
+# only the last): on 55 products of a fresh draw whose pick changed when all four were offered there, 256 x 128 ran its
+# 25 picks 2.1% faster than the data-parallel pick they replaced, 128 x 128 its 20 1.2% faster; 128 x 128w
+# its 8 6.0% slower, 64 x 64f its one 8.5% slower (docs/perf-notes.md)
+WAVE_STREAM_K_TILES = ("256x128", "128x128")
 SUMMED_TILES = ("128x128", "64x128", "128x64", "64x64", "64x64f", "32x32")  # also split over K and summed in the kernel
 # summed in the kernel at up to SUMMED_MAX_SPLITS splits: on a probe of 16 long-K shapes
 # with few tiles (four tiles split 8, 16 and 32 ways, both ways), summed at 16 splits was the fastest
@@ -121,14 +126,15 @@ def candidates(M: int, N: int, K: int, count: int = 1, sms: int = 132,
     below SMALL_MACS multiply-adds only); where the
     128 x 128 tiles fill fewer than four waves of two blocks per SM, the split-K and summed variants
     too (splits leaving at least 128 of K each; over 32 only while the blocks fill two waves), and stream-K where there are at least eight of
-    those tiles (with fewer, each would be shared by dozens of blocks, summed one after another).
+    those tiles (with fewer, each would be shared by dozens of blocks, summed one after another); with
+    8 * SMs of those tiles or more, only the data-parallel tiles and WAVE_STREAM_K_TILES as stream-K.
     ``per_sm`` (blocks per SM by ``build``): each split and summed tile also at the split counts whose
     blocks fill the SMs' block slots once and twice (``filling_splits``)."""
     small = M * N * K * count < SMALL_MACS
     out = [(name, {**cfg, "splits": 1}) for name, cfg in TILES.items() if small or name not in SMALL_ONLY]
     tiles = -(-M // 128) * -(-N // 128) * count
-    if tiles >= 8 * sms:
-        return out
+    if tiles >= 8 * sms:  # many waves: stream-K would share only the last
+        return out + [(f"{name} stream-K", {**TILES[name], "splits": 1, "sk": 1}) for name in WAVE_STREAM_K_TILES]
     # splits that leave at least 128 of K each, up to about two waves of 128 x 128 blocks
     splits = [s for s in SPLITS if K // s >= 128 and (s <= 32 or tiles * s <= 2 * sms)]
 

@@ -547,10 +547,11 @@ def _correct_and_repeatable(cp, cfg, shape, alpha, beta):
 
 
 @pytest.mark.parametrize("cfg", [{**selection.BIG, "sk": 1}, {**selection.HUGE, "sk": 1}, {**autotune.SK_SMALL, "sk": 1}])
-@pytest.mark.parametrize("shape", [(3000, 1000, 500, 1), (33, 65, 40000, 1), (513, 255, 1031, 3), (1, 1, 1, 1)])
+@pytest.mark.parametrize("shape", [(3000, 1000, 500, 1), (33, 65, 40000, 1), (513, 255, 1031, 3), (1, 1, 1, 1),
+                                   (2049, 8447, 136, 1)])
 def test_stream_k_is_correct_and_repeatable(cp, cfg, shape):
     """Stream-K at shapes where tiles are split among blocks (many partials per tile at long K,
-    batches, edges): float64 agreement, alpha/beta, and bit-identical repeats (the owner adds the
+    batches, edges, many whole waves before the shared one): float64 agreement, alpha/beta, and bit-identical repeats (the owner adds the
     partials in a fixed order)."""
     _correct_and_repeatable(cp, cfg, shape, alpha=-0.5, beta=2.0)
 

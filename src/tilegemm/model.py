@@ -69,7 +69,7 @@ SPLITS = (2, 4, 8, 16, 32, 64, 128, 256)
 SPLIT_TILES = ("128x128", "64x128", "128x64", "64x64", "64x64f", "64x64s", "32x256", "32x32")  # also run split over K
 STREAM_K_TILES = ("256x128", "128x128", "128x128w", "64x64f")  # also run as stream-K
 # run as stream-K also where there are 8 * SMs or more of 128 x 128 tiles (whole waves, stream-K sharing
-# only the last): on 55 products of a fresh draw whose pick changed when all four were offered there, 256 x 128 ran its
+# only the last): on 54 products of a fresh draw whose pick changed to stream-K when all four were offered there, 256 x 128 ran its
 # 25 picks 2.1% faster than the data-parallel pick they replaced, 128 x 128 its 20 1.2% faster; 128 x 128w
 # its 8 6.0% slower, 64 x 64f its one 8.5% slower (docs/perf-notes.md)
 WAVE_STREAM_K_TILES = ("256x128", "128x128")

@@ -498,6 +498,24 @@ def test_per_operand_widths_build_what_each_operand_allows():
         n for k, n in ops[(4, 1, 4)].items() if k.startswith("LDGSTS"))
 
 
+@pytest.mark.parametrize("build", list(model.NARROW_MINB))
+def test_narrow_builds_keep_the_16_byte_builds_blocks_an_sm(build):
+    """The builds of model.NARROW_MINB, reading B's rows and storing the result's 8 or 4 bytes at a
+    time in NN as dispatch builds them (model.narrow), compile without spills to at least as many
+    blocks an SM as their 16-byte build: the model's blocks per SM are that build's."""
+    F = registry.FAMILY
+    tile, kind = build.split()[0], build.split()[1] if " " in build else ""
+    p = F.params({**model.TILES[tile], "sk": {"": 0, "stream-K": 1, "summed": 2}[kind]})
+    q = model.narrow(p)
+    assert q["minb"] == model.NARROW_MINB[build]
+    threads = registry.family_threads(p)
+    blocks = lambda k: min(64 * 1024 // (-(-k.resources.registers // 8) * 8 * threads), 32)  # noqa: E731
+    wide = blocks(F.compile(p, "NN", arch="sm_90", vec=4))
+    for vec in ((4, 2, 2), (4, 1, 1), (4, 2, 4), (4, 1, 4), (4, 4, 2)):
+        k = F.compile(q, "NN", arch="sm_90", vec=vec)
+        assert k.resources.spills == 0 and blocks(k) >= wide, (vec, k.resources.registers, wide)
+
+
 # (the code of access.ROW_CLASSES, the build that reads that class by rows), every build of every class
 BY_ROWS = [(code, build) for code, builds in model.BY_ROWS_BUILDS.items() for build in builds]
 

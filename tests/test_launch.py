@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from tilegemm import access, dispatch, launch, registry, steps
+from tilegemm import access, dispatch, launch, model, registry, steps
 from tilegemm.arrays import Operand
 from tilegemm.compiler import KERNEL_DIR
 from tilegemm.plan import plan
@@ -282,6 +282,14 @@ def test_unaligned_operands_take_narrow_accesses_for_themselves_only(stubs):
         assert stubs.built[-1][3]["minb"] == 0
         assert _built_widths(stubs, a=(64, 4000), b=(4000, 63), out=(64, 63), config=cfg) == (4, 1, 1)
         assert stubs.built[-1][3]["minb"] == 0
+    # 128x64 reads and stores narrow at minb 4 (model.NARROW_MINB: the 16-byte build's blocks an SM),
+    # aligned rows at the tile's minb 0, split or not
+    tall = {"bm": 128, "bn": 64, "tm": 8, "tn": 8, "ln": 8, "minb": 0, "bk": 8, "swizzle": 8, "stages": 3}
+    for cfg in ({**tall, "splits": 1}, {**tall, "splits": 4}):
+        for cols, widths in ((63, (4, 1, 1)), (62, (4, 2, 2)), (64, 4)):
+            got = _built_widths(stubs, a=(64, 4000), b=(4000, cols), out=(64, cols), config=cfg)
+            assert got == (widths if cfg["splits"] == 1 or widths == 4 else (4, widths[1], 4))
+            assert stubs.built[-1][3]["minb"] == (0 if cols == 64 else model.NARROW_MINB["128x64"])
     # the register pipeline reads A along its rows 16 bytes at a time where it can
     assert _built_widths(stubs, pa=PA + 4, config={**BIG, "stages": 0, "splits": 1}) == (1, 4, 4)
     assert _built_widths(stubs, pa=PA + 4, pb=PB + 4, pd=PD + 4, config={**BIG, "stages": 0, "splits": 1}) == 1

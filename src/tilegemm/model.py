@@ -195,19 +195,47 @@ BY_ROWS_MINB = {access.ODD_ROWS: {"64x64f stream-K": 5},
                 access.ODD_PAIRS: {"64x64f stream-K": 5, "64x128": 4, "64x128 summed": 4}}
 
 
+# The blocks an SM asked of ptxas (minb) by a build's variants that read B's rows or store the
+# result's narrow (8 or 4 bytes at a time, not by rows), where the tile's own minb leaves ptxas free to
+# take more registers than the 16-byte build and lose a block an SM (the model's blocks per SM are the
+# 16-byte build's).  128 x 64: 129-152 registers (3 blocks of 128 threads) against 127-128 (4), 125-128
+# at minb 4 with no spills; on 18 picks of a fresh draw it ran 0.989x the time (233x571x12612 split 29
+# 0.82x), and 1866x2202x594 0.79x (its 525 blocks in one round of 528 instead of two of 396).  64 x 128
+# at minb 4 ran 1.4% slower on 5 picks whose B rows are of odd length, where it keeps 4 blocks either
+# way; 64 x 64 summed (86-96 registers against 80: 5 blocks against 6) is not measured
+# (docs/perf-notes.md).
+NARROW_MINB = {"128x64": 4}
+
+
+def _build_of(params: dict) -> str | None:
+    """The build (``build``) of the candidate whose tile config the family config ``params`` (every
+    parameter given) is, or None (another config, or a tensor-core one)."""
+    if params.get("mma", 0):
+        return None
+    sk = params.get("sk", 0)
+    for name, tile in TILES.items():
+        if all(params.get(k) == v for k, v in tile.items()) and params.get("ks", 1) == tile.get("ks", 1):
+            return name + (" stream-K" if sk == 1 else " summed" if sk == 2 else "")
+    return None
+
+
 def by_rows(params: dict, code: int) -> dict | None:
     """The parameters with which the family config ``params`` (every parameter given) reads rows of
     class ``code`` (access.ROW_CLASSES) by rows: ``params`` (minb from BY_ROWS_MINB where it names the
     build) where it is a candidate's whose build is in BY_ROWS_BUILDS[code], else None (it reads them
     at the narrower width)."""
-    sk = params.get("sk", 0)
-    for name, tile in TILES.items():
-        if all(params.get(k) == v for k, v in tile.items()) and params.get("ks", 1) == tile.get("ks", 1):
-            b = name + (" stream-K" if sk == 1 else " summed" if sk == 2 else "")
-            if params.get("mma", 0) or b not in BY_ROWS_BUILDS[code]:
-                return None
-            return {**params, "minb": BY_ROWS_MINB[code].get(b, params["minb"])}
-    return None
+    b = _build_of(params)
+    if b is None or b not in BY_ROWS_BUILDS[code]:
+        return None
+    return {**params, "minb": BY_ROWS_MINB[code].get(b, params["minb"])}
+
+
+def narrow(params: dict) -> dict:
+    """The parameters with which the family config ``params`` (every parameter given) reads or stores
+    an operand narrow (access widths other than 4, not by rows): minb from NARROW_MINB where it names
+    the candidate's build, else ``params``."""
+    b = _build_of(params)
+    return {**params, "minb": NARROW_MINB[b]} if b in NARROW_MINB else params
 
 
 def current(name: str, cfg: dict) -> bool:

@@ -498,22 +498,25 @@ def test_per_operand_widths_build_what_each_operand_allows():
         n for k, n in ops[(4, 1, 4)].items() if k.startswith("LDGSTS"))
 
 
-@pytest.mark.parametrize("build", list(model.NARROW_MINB))
-def test_narrow_builds_keep_the_16_byte_builds_blocks_an_sm(build):
-    """The builds of model.NARROW_MINB, reading B's rows and storing the result's 8 or 4 bytes at a
-    time in NN as dispatch builds them (model.narrow), compile without spills to at least as many
-    blocks an SM as their 16-byte build: the model's blocks per SM are that build's."""
+@pytest.mark.parametrize("arch,build", [(a, b) for a, caps in model.NARROW_MINB.items() for b in caps])
+def test_narrow_builds_keep_the_16_byte_builds_blocks_an_sm(arch, build):
+    """The builds of model.NARROW_MINB, reading B's rows 8 or 4 bytes at a time in NN (the result's
+    any way) as dispatch builds them (model.narrow), compile without spills to at least as many blocks
+    an SM as their 16-byte build: the model's blocks per SM are that build's.  Nothing else is capped."""
     F = registry.FAMILY
     tile, kind = build.split()[0], build.split()[1] if " " in build else ""
     p = F.params({**model.TILES[tile], "sk": {"": 0, "stream-K": 1, "summed": 2}[kind]})
-    q = model.narrow(p)
-    assert q["minb"] == model.NARROW_MINB[build]
     threads = registry.family_threads(p)
     blocks = lambda k: min(64 * 1024 // (-(-k.resources.registers // 8) * 8 * threads), 32)  # noqa: E731
-    wide = blocks(F.compile(p, "NN", arch="sm_90", vec=4))
-    for vec in ((4, 2, 2), (4, 1, 1), (4, 2, 4), (4, 1, 4), (4, 4, 2)):
-        k = F.compile(q, "NN", arch="sm_90", vec=vec)
+    wide = blocks(F.compile(p, "NN", arch=arch, vec=4))
+    for vec in ((4, 2, 2), (4, 1, 1), (4, 2, 4), (4, 1, 4), (4, 2, 1), (4, 1, 2)):
+        q = model.narrow(p, "NN", vec, arch)
+        assert q["minb"] == model.NARROW_MINB[arch][build]
+        k = F.compile(q, "NN", arch=arch, vec=vec)
         assert k.resources.spills == 0 and blocks(k) >= wide, (vec, k.resources.registers, wide)
+    for layout, vec, a in (("NN", 4, arch), ("NN", (4, 4, 2), arch), ("NT", (4, 4, 1), arch), ("TN", (1, 4, 4), arch),
+                           ("NN", (4, 1, 1), "sm_80")):
+        assert model.narrow(p, layout, vec, a) is p, (layout, vec, a)
 
 
 # (the code of access.ROW_CLASSES, the build that reads that class by rows), every build of every class

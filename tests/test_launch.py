@@ -120,7 +120,11 @@ def stubs(monkeypatch):
     monkeypatch.setattr(steps, "transposer", lambda device: FakeLauncher(registry.PACK_T, (), 1, log))
     monkeypatch.setattr(launch, "workspace", lambda floats, stream: SimpleNamespace(data=SimpleNamespace(ptr=WORK)))
     monkeypatch.setattr(launch, "sk_flags", lambda device, stream, blocks: (0x800000, 7))
+    monkeypatch.setattr(dispatch.gpu, "device_properties", lambda device=0: SimpleNamespace(arch=ARCH[0]))
     return SimpleNamespace(log=log, built=built, lds=stubs_lds)
+
+
+ARCH = ["sm_90"]  # the arch the stubbed device reports (model.NARROW_MINB is per arch)
 
 
 WORK = 0x900000
@@ -282,14 +286,22 @@ def test_unaligned_operands_take_narrow_accesses_for_themselves_only(stubs):
         assert stubs.built[-1][3]["minb"] == 0
         assert _built_widths(stubs, a=(64, 4000), b=(4000, 63), out=(64, 63), config=cfg) == (4, 1, 1)
         assert stubs.built[-1][3]["minb"] == 0
-    # 128x64 reads and stores narrow at minb 4 (model.NARROW_MINB: the 16-byte build's blocks an SM),
-    # aligned rows at the tile's minb 0, split or not
+    # 128x64 reads B's rows narrow in NN at minb 4 on sm_90 (model.NARROW_MINB: the 16-byte build's blocks
+    # an SM), aligned rows, a narrow result alone and other archs at the tile's minb 0, split or not
     tall = {"bm": 128, "bn": 64, "tm": 8, "tn": 8, "ln": 8, "minb": 0, "bk": 8, "swizzle": 8, "stages": 3}
     for cfg in ({**tall, "splits": 1}, {**tall, "splits": 4}):
         for cols, widths in ((63, (4, 1, 1)), (62, (4, 2, 2)), (64, 4)):
             got = _built_widths(stubs, a=(64, 4000), b=(4000, cols), out=(64, cols), config=cfg)
             assert got == (widths if cfg["splits"] == 1 or widths == 4 else (4, widths[1], 4))
-            assert stubs.built[-1][3]["minb"] == (0 if cols == 64 else model.NARROW_MINB["128x64"])
+            assert stubs.built[-1][3]["minb"] == (0 if cols == 64 else model.NARROW_MINB["sm_90"]["128x64"])
+        assert _built_widths(stubs, pd=PD + 4, config=cfg) == ((4, 4, 1) if cfg["splits"] == 1 else 4)
+        assert stubs.built[-1][3]["minb"] == 0
+        ARCH[0] = "sm_80"
+        try:
+            assert _built_widths(stubs, a=(64, 4000), b=(4000, 63), out=(64, 63), config=cfg)[1] == 1
+            assert stubs.built[-1][3]["minb"] == 0
+        finally:
+            ARCH[0] = "sm_90"
     # the register pipeline reads A along its rows 16 bytes at a time where it can
     assert _built_widths(stubs, pa=PA + 4, config={**BIG, "stages": 0, "splits": 1}) == (1, 4, 4)
     assert _built_widths(stubs, pa=PA + 4, pb=PB + 4, pd=PD + 4, config={**BIG, "stages": 0, "splits": 1}) == 1

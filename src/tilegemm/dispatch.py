@@ -306,8 +306,9 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
                         tuple(by_rows))
     if isinstance(vec, tuple) and vec[1] in by_rows:
         cfg = {k: v for k, v in by_rows[vec[1]].items() if k != "splits"}
-    elif vec != 4:  # a narrow build keeps the 16-byte build's blocks an SM (model.NARROW_MINB)
-        cfg = {k: v for k, v in model.narrow(params).items() if k != "splits"}
+    elif vec != 4:  # B read narrow: the 16-byte build's blocks an SM, where measured (model.NARROW_MINB)
+        q = model.narrow(params, layout, vec, gpu.device_properties(device).arch)
+        cfg = cfg if q is params else {k: v for k, v in q.items() if k != "splits"}
     lda, ldb = ops[0][1], ops[1][1]
     fn = launcher(FAMILY, layout, vec, device, tuple(sorted(cfg.items())), (lda, ldb))
     bm, bn = fn.spec.tile(fn.params)

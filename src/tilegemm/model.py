@@ -195,16 +195,17 @@ BY_ROWS_MINB = {access.ODD_ROWS: {"64x64f stream-K": 5},
                 access.ODD_PAIRS: {"64x64f stream-K": 5, "64x128": 4, "64x128 summed": 4}}
 
 
-# The blocks an SM asked of ptxas (minb) by a build's variants that read B's rows or store the
-# result's narrow (8 or 4 bytes at a time, not by rows), where the tile's own minb leaves ptxas free to
-# take more registers than the 16-byte build and lose a block an SM (the model's blocks per SM are the
-# 16-byte build's).  128 x 64: 129-152 registers (3 blocks of 128 threads) against 127-128 (4), 125-128
-# at minb 4 with no spills; on 18 picks of a fresh draw it ran 0.989x the time (233x571x12612 split 29
-# 0.82x), and 1866x2202x594 0.79x (its 525 blocks in one round of 528 instead of two of 396).  64 x 128
-# at minb 4 ran 1.4% slower on 5 picks whose B rows are of odd length, where it keeps 4 blocks either
-# way; 64 x 64 summed (86-96 registers against 80: 5 blocks against 6) is not measured
-# (docs/perf-notes.md).
-NARROW_MINB = {"128x64": 4}
+# The blocks an SM asked of ptxas (minb) by a build's variants that read B's rows narrow (8 or 4 bytes
+# at a time, not by rows) in NN on sm_90, where the tile's own minb leaves ptxas free to take more
+# registers than the 16-byte build and lose a block an SM (the model's blocks per SM are the 16-byte
+# build's).  128 x 64: 129-152 registers (3 blocks of 128 threads) against 127-128 (4), 125-128 at minb 4
+# with no spills (sm_90; on sm_80 some spill, so no other arch takes it); on 18 picks of a fresh draw
+# level but one (233x571x12612 split 29: 0.82x the time), and 1866x2202x594 0.79x (its 525 blocks in
+# one round of 528 instead of two of 396).  In NT the 16-byte build has 3 blocks too, and a copied B
+# (a narrow result only) keeps 4 free: neither is capped.  64 x 128 at minb 4 ran 1.4% slower on 5
+# picks whose B rows are of odd length, where it keeps 4 blocks either way; 64 x 64 summed (86-96
+# registers against 80: 5 blocks against 6) is not measured (docs/perf-notes.md).
+NARROW_MINB = {"sm_90": {"128x64": 4}}
 
 
 def _build_of(params: dict) -> str | None:
@@ -230,12 +231,14 @@ def by_rows(params: dict, code: int) -> dict | None:
     return {**params, "minb": BY_ROWS_MINB[code].get(b, params["minb"])}
 
 
-def narrow(params: dict) -> dict:
-    """The parameters with which the family config ``params`` (every parameter given) reads or stores
-    an operand narrow (access widths other than 4, not by rows): minb from NARROW_MINB where it names
-    the candidate's build, else ``params``."""
-    b = _build_of(params)
-    return {**params, "minb": NARROW_MINB[b]} if b in NARROW_MINB else params
+def narrow(params: dict, layout: str, widths, arch: str) -> dict:
+    """The parameters with which the family config ``params`` (every parameter given) runs a product
+    of ``layout`` at access widths ``widths`` (access.family_widths: one number or (A, B, D)) on
+    ``arch``: minb from NARROW_MINB where B's rows are read narrow in NN (widths 2 or 1, not by rows)
+    and it names the candidate's build for that arch, else ``params``."""
+    b, caps = _build_of(params), NARROW_MINB.get(arch, {})
+    b_width = widths[1] if isinstance(widths, tuple) else widths
+    return {**params, "minb": caps[b]} if layout == "NN" and b_width in (1, 2) and b in caps else params
 
 
 def current(name: str, cfg: dict) -> bool:

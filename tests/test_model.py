@@ -87,6 +87,12 @@ def test_stream_k_shares_the_last_wave_of_many(fitted):
     assert set(model.WAVE_STREAM_K_TILES) <= set(model.STREAM_K_TILES)
     name, cfg, _ = model.choose(fitted["constants"], fitted["blocks_per_sm"], 2048, 11008, 4096, 1, 132)
     assert name.endswith("stream-K") and cfg["sk"] == 1
+    # the bound: 1055 tiles of 128 x 128 (5 x 211) take splits and all four stream-K tiles, 1056 (32 x 33) not
+    below = [n for n, _ in model.candidates(5 * 128, 211 * 128, 4096)]
+    at = [n for n, _ in model.candidates(32 * 128, 33 * 128, 4096)]
+    assert any(" split" in n for n in below) and not any(" split" in n for n in at)
+    assert {n for n in below if n.endswith("stream-K")} == {f"{t} stream-K" for t in model.STREAM_K_TILES}
+    assert [n for n in at if n.endswith("stream-K")] == [f"{t} stream-K" for t in model.WAVE_STREAM_K_TILES]
 
 
 def test_split_k_summed_in_the_kernel_is_priced_by_launch(fitted):

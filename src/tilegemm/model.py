@@ -198,13 +198,13 @@ BY_ROWS_MINB = {access.ODD_ROWS: {"64x64f stream-K": 5},
 # The blocks an SM asked of ptxas (minb) by a build's variants that read B's rows narrow (8 or 4 bytes
 # at a time, not by rows) in NN on sm_90, where the tile's own minb leaves ptxas free to take more
 # registers than the 16-byte build and lose a block an SM (the model's blocks per SM are the 16-byte
-# build's).  128 x 64: 129-152 registers (3 blocks of 128 threads) against 127-128 (4), 125-128 at minb 4
+# build's).  128 x 64: 130-148 registers (3 blocks of 128 threads) against 127 (4), 126-128 at minb 4
 # with no spills (sm_90; on sm_80 some spill, so no other arch takes it); on 18 picks of a fresh draw
 # level but one (233x571x12612 split 29: 0.82x the time), and 1866x2202x594 0.79x (its 525 blocks in
 # one round of 528 instead of two of 396).  In NT the 16-byte build has 3 blocks too, and a copied B
 # (a narrow result only) keeps 4 free: neither is capped.  64 x 128 at minb 4 ran 1.4% slower on 5
 # picks whose B rows are of odd length, where it keeps 4 blocks either way; 64 x 64 summed (86-96
-# registers against 80: 5 blocks against 6) is not measured (docs/perf-notes.md).
+# registers against 78: 5 blocks against 6) is not measured (docs/perf-notes.md).
 NARROW_MINB = {"sm_90": {"128x64": 4}}
 
 

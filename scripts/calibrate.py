@@ -103,8 +103,10 @@ def run(args) -> int:
     print(f"{len(configs)} configs compiled in {time.time() - t0:.0f} s", flush=True)
     occupancy = {}
     for name, cfg in configs.items():
-        fn = launch.launcher(registry.FAMILY.name, args.layout, 4, dev,
-                             tuple(sorted((k, v) for k, v in cfg.items() if k != "splits")))
+        # the build dispatch runs at 16-byte access (at the minb of model.ARCH_MINB where it names it)
+        params = registry.FAMILY.params({k: v for k, v in cfg.items() if k != "splits"})
+        q = model.arch_minb(params, params, args.layout, 4, props.arch)
+        fn = launch.launcher(registry.FAMILY.name, args.layout, 4, dev, tuple(sorted(q.items())))
         occupancy[name] = fn.resident_blocks() // props.sms
     # the split counts that fill each build's block slots (the same builds: splits is a launch argument)
     per_sm = {model.build(name): n for name, n in occupancy.items()}

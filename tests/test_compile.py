@@ -9,7 +9,7 @@ import pytest
 
 from tilegemm import CompileError, access, compiler, cubin, model, registry
 from tilegemm.errors import ConfigError
-from tilegemm.occupancy import Limits
+from tilegemm.occupancy import Limits, occupancy
 from tilegemm.instruments import sass
 
 ARCHS = ["sm_80", "sm_90"]
@@ -498,25 +498,39 @@ def test_per_operand_widths_build_what_each_operand_allows():
         n for k, n in ops[(4, 1, 4)].items() if k.startswith("LDGSTS"))
 
 
-@pytest.mark.parametrize("arch,build", [(a, b) for a, caps in model.NARROW_MINB.items() for b in caps])
-def test_narrow_builds_keep_the_16_byte_builds_blocks_an_sm(arch, build):
-    """The builds of model.NARROW_MINB, reading B's rows 8 or 4 bytes at a time in NN (the result's
-    any way) as dispatch builds them (model.narrow), compile without spills to at least as many blocks
-    an SM as their 16-byte build: the model's blocks per SM are that build's.  Nothing else is capped."""
+@pytest.mark.parametrize("arch,build", [(a, b) for a, caps in model.ARCH_MINB.items() for b in caps])
+def test_arch_minb_builds_hold_their_blocks_an_sm_without_spills(arch, build):
+    """The builds of model.ARCH_MINB, at each class of B's rows they name in NN (the result's any
+    way) as dispatch builds them (model.arch_minb), compile without spills to at least minb blocks
+    an SM and at least the 16-byte build's (the model's blocks per SM: model.blocks_per_sm).  Other
+    layouts, other archs and the classes it does not name keep the tile's minb."""
     F = registry.FAMILY
     tile, kind = build.split()[0], build.split()[1] if " " in build else ""
     p = F.params({**model.TILES[tile], "sk": {"": 0, "stream-K": 1, "summed": 2}[kind]})
     threads = registry.family_threads(p)
-    blocks = lambda k: min(64 * 1024 // (-(-k.resources.registers // 8) * 8 * threads), 32)  # noqa: E731
-    wide = blocks(F.compile(p, "NN", arch=arch, vec=4))
-    for vec in ((4, 2, 2), (4, 1, 1), (4, 2, 4), (4, 1, 4), (4, 2, 1), (4, 1, 2)):
-        q = model.narrow(p, "NN", vec, arch)
-        assert q["minb"] == model.NARROW_MINB[arch][build]
-        k = F.compile(q, "NN", arch=arch, vec=vec)
-        assert k.resources.spills == 0 and blocks(k) >= wide, (vec, k.resources.registers, wide)
-    for layout, vec, a in (("NN", 4, arch), ("NN", (4, 4, 2), arch), ("NT", (4, 4, 1), arch), ("TN", (1, 4, 4), arch),
-                           ("NN", (4, 1, 1), "sm_80")):
-        assert model.narrow(p, layout, vec, a) is p, (layout, vec, a)
+    blocks = lambda k, q: occupancy(threads, k.resources.registers, registry.family_smem(q),  # noqa: E731
+                                    Limits.for_arch(arch)).blocks
+    caps = model.ARCH_MINB[arch][build]
+    wide = F.compile(model.arch_minb(p, p, "NN", 4, arch), "NN", arch=arch, vec=4)
+    assert blocks(wide, p) >= caps.get(4, 0)
+    for code, minb in caps.items():
+        out = {access.ODD_ROWS: 1, access.ODD_PAIRS: 2}.get(code, code)
+        for vec in ((4, code, out), (1, code, out), (4, code, 4)):
+            q = model.arch_minb(p, p, "NN", vec, arch)
+            assert q["minb"] == minb
+            k = F.compile(q, "NN", arch=arch, vec=vec)
+            assert k.resources.spills == 0 and blocks(k, q) >= max(minb, blocks(wide, p)), (vec, k.resources.registers)
+    for layout, vec, a in (("NT", (4, 4, 1), arch), ("TN", (1, 4, 4), arch), ("NN", (4, 1, 1), "sm_80")):
+        assert model.arch_minb(p, p, layout, vec, a) is p, (layout, vec, a)
+    assert all(model.arch_minb(p, p, "NN", (4, c, 4), arch) is p for c in (4, 2, 1, access.ODD_ROWS, access.ODD_PAIRS)
+               if c not in caps)
+
+
+def test_the_model_holds_the_capped_16_byte_builds_at_their_minb():
+    per_sm = {"128x64": 4, "128x64 summed": 3, "64x64 summed": 6}
+    assert model.blocks_per_sm(per_sm, "NN", "sm_90") == {**per_sm, "128x64 summed": 4}
+    assert model.blocks_per_sm(per_sm, "NT", "sm_90") == per_sm
+    assert model.blocks_per_sm(per_sm, "NN", None) == model.blocks_per_sm(per_sm, "NN", "sm_80") == per_sm
 
 
 # (the code of access.ROW_CLASSES, the build that reads that class by rows), every build of every class

@@ -124,7 +124,7 @@ def stubs(monkeypatch):
     return SimpleNamespace(log=log, built=built, lds=stubs_lds)
 
 
-ARCH = ["sm_90"]  # the arch the stubbed device reports (model.NARROW_MINB is per arch)
+ARCH = ["sm_90"]  # the arch the stubbed device reports (model.ARCH_MINB is per arch)
 
 
 WORK = 0x900000
@@ -286,19 +286,33 @@ def test_unaligned_operands_take_narrow_accesses_for_themselves_only(stubs):
         assert stubs.built[-1][3]["minb"] == 0
         assert _built_widths(stubs, a=(64, 4000), b=(4000, 63), out=(64, 63), config=cfg) == (4, 1, 1)
         assert stubs.built[-1][3]["minb"] == 0
-    # 128x64 reads B's rows narrow in NN at minb 4 on sm_90 (model.NARROW_MINB: the 16-byte build's blocks
+    # 128x64 reads B's rows narrow in NN at minb 4 on sm_90 (model.ARCH_MINB: the 16-byte build's blocks
     # an SM), aligned rows, a narrow result alone and other archs at the tile's minb 0, split or not
     tall = {"bm": 128, "bn": 64, "tm": 8, "tn": 8, "ln": 8, "minb": 0, "bk": 8, "swizzle": 8, "stages": 3}
     for cfg in ({**tall, "splits": 1}, {**tall, "splits": 4}):
         for cols, widths in ((63, (4, 1, 1)), (62, (4, 2, 2)), (64, 4)):
             got = _built_widths(stubs, a=(64, 4000), b=(4000, cols), out=(64, cols), config=cfg)
             assert got == (widths if cfg["splits"] == 1 or widths == 4 else (4, widths[1], 4))
-            assert stubs.built[-1][3]["minb"] == (0 if cols == 64 else model.NARROW_MINB["sm_90"]["128x64"])
+            assert stubs.built[-1][3]["minb"] == (0 if cols == 64 else model.ARCH_MINB["sm_90"]["128x64"][1])
         assert _built_widths(stubs, pd=PD + 4, config=cfg) == ((4, 4, 1) if cfg["splits"] == 1 else 4)
         assert stubs.built[-1][3]["minb"] == 0
         ARCH[0] = "sm_80"
         try:
             assert _built_widths(stubs, a=(64, 4000), b=(4000, 63), out=(64, 63), config=cfg)[1] == 1
+            assert stubs.built[-1][3]["minb"] == 0
+        finally:
+            ARCH[0] = "sm_90"
+    # summed in the kernel, 128x64 runs at minb 4 on sm_90 at every width of B (four blocks an SM, not
+    # three), 64x64 at minb 6 where it reads B's rows narrow; on sm_80 at minb 0
+    summed = {"sk": 2, "splits": 4}
+    small = {"bm": 64, "bn": 64, "tm": 8, "tn": 4, "ln": 8, "minb": 0, "bk": 8, "swizzle": 8, "stages": 3}
+    for cfg, minbs in (({**tall, **summed}, (4, 4, 4)), ({**small, **summed}, (6, 6, 0))):
+        for cols, minb in zip((63, 62, 64), minbs):
+            _built_widths(stubs, a=(64, 4000), b=(4000, cols), out=(64, cols), config=cfg)
+            assert stubs.built[-1][3]["minb"] == minb, (cfg, cols)
+        ARCH[0] = "sm_80"
+        try:
+            _built_widths(stubs, a=(64, 4000), b=(4000, 63), out=(64, 63), config=cfg)
             assert stubs.built[-1][3]["minb"] == 0
         finally:
             ARCH[0] = "sm_90"

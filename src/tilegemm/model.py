@@ -195,17 +195,20 @@ BY_ROWS_MINB = {access.ODD_ROWS: {"64x64f stream-K": 5},
                 access.ODD_PAIRS: {"64x64f stream-K": 5, "64x128": 4, "64x128 summed": 4}}
 
 
-# The blocks an SM asked of ptxas (minb) by a build's variants that read B's rows narrow (8 or 4 bytes
-# at a time, not by rows) in NN on sm_90, where the tile's own minb leaves ptxas free to take more
-# registers than the 16-byte build and lose a block an SM (the model's blocks per SM are the 16-byte
-# build's).  128 x 64: 130-148 registers (3 blocks of 128 threads) against 127 (4), 126-128 at minb 4
-# with no spills (sm_90; on sm_80 some spill, so no other arch takes it); on 18 picks of a fresh draw
-# level but one (233x571x12612 split 29: 0.82x the time), and 1866x2202x594 0.79x (its 525 blocks in
-# one round of 528 instead of two of 396).  In NT the 16-byte build has 3 blocks too, and a copied B
-# (a narrow result only) keeps 4 free: neither is capped.  64 x 128 at minb 4 ran 1.4% slower on 5
-# picks whose B rows are of odd length, where it keeps 4 blocks either way; 64 x 64 summed (86-96
-# registers against 78: 5 blocks against 6) is not measured (docs/perf-notes.md).
-NARROW_MINB = {"sm_90": {"128x64": 4}}
+# The blocks an SM asked of ptxas (minb) on an arch by a build reading B's rows in NN at each access
+# class (4, 2, 1: 16, 8 or 4 bytes a copy; access.ODD_ROWS, ODD_PAIRS: by rows), where the tile's own
+# minb leaves ptxas free to take more registers and fewer blocks an SM than it can hold without
+# spills.  128 x 64 reading B narrow: 130-148 registers (3 blocks of 128 threads) against the 16-byte
+# build's 127 (4), 126-128 at minb 4 (on sm_80 some spill); on 18 picks of a fresh draw level but one
+# (233x571x12612 split 29: 0.82x the time), and 1866x2202x594 0.79x (its 525 blocks in one round of
+# 528 instead of two of 396).  In NT its 16-byte build has 3 blocks too, and a copied B (a narrow
+# result only) keeps 4 free: neither is capped.  64 x 128 at minb 4 ran 1.4% slower on 5 picks whose
+# B rows are of odd length, where it keeps 4 blocks either way (docs/perf-notes.md).
+ARCH_MINB = {"sm_90": {
+    "128x64": {2: 4, 1: 4},
+    "128x64 summed": {4: 4, 2: 4, 1: 4},
+    "64x64 summed": {2: 6, 1: 6},
+}}
 
 
 def _build_of(params: dict) -> str | None:
@@ -231,14 +234,14 @@ def by_rows(params: dict, code: int) -> dict | None:
     return {**params, "minb": BY_ROWS_MINB[code].get(b, params["minb"])}
 
 
-def narrow(params: dict, layout: str, widths, arch: str) -> dict:
-    """The parameters with which the family config ``params`` (every parameter given) runs a product
-    of ``layout`` at access widths ``widths`` (access.family_widths: one number or (A, B, D)) on
-    ``arch``: minb from NARROW_MINB where B's rows are read narrow in NN (widths 2 or 1, not by rows)
-    and it names the candidate's build for that arch, else ``params``."""
-    b, caps = _build_of(params), NARROW_MINB.get(arch, {})
+def arch_minb(params: dict, q: dict, layout: str, widths, arch: str) -> dict:
+    """The parameters ``q`` with which the family config ``params`` (every parameter given) reads B's
+    rows (``q`` is ``params``, or its by_rows variant) in a product of ``layout`` at access widths
+    ``widths`` (access.family_widths: one number or (A, B, D), B's a width or a ROW_CLASSES code) on
+    ``arch``, with minb from ARCH_MINB where it names the candidate's build and B's class in NN."""
     b_width = widths[1] if isinstance(widths, tuple) else widths
-    return {**params, "minb": caps[b]} if layout == "NN" and b_width in (1, 2) and b in caps else params
+    minb = ARCH_MINB.get(arch, {}).get(_build_of(params), {}).get(b_width) if layout == "NN" else None
+    return q if minb is None else {**q, "minb": minb}
 
 
 def current(name: str, cfg: dict) -> bool:
@@ -328,17 +331,26 @@ def ranked(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int,
     return sorted(out, key=lambda x: x[2])
 
 
+def blocks_per_sm(per_sm: dict, layout: str, arch: str | None) -> dict:
+    """A set's blocks per SM by build (its 16-byte builds', as calibrated), with each build that
+    ARCH_MINB builds at a higher minb in NN on ``arch`` at 16-byte access held at that minb."""
+    caps = ARCH_MINB.get(arch, {}) if layout == "NN" else {}
+    return {b: max(n, caps.get(b, {}).get(4, 0)) for b, n in per_sm.items()}
+
+
 def ranked_for(table: dict, M: int, N: int, K: int, count: int, sms: int, layout: str = "NN",
-               width: int | None = None, out_width: int | None = None) -> list[tuple[str, dict, float]]:
+               width: int | None = None, out_width: int | None = None,
+               arch: str | None = None) -> list[tuple[str, dict, float]]:
     """``ranked`` with the set of a model table that serves this shape (``set_for``): its constants,
-    blocks per SM and residuals; a product the family runs in another layout (access.kernel_layout: NT
-    as NN on a transposed copy of B, whose rows are aligned) is ranked as that one."""
+    blocks per SM (on ``arch``: ``blocks_per_sm``) and residuals; a product the family runs in
+    another layout (access.kernel_layout: NT as NN on a transposed copy of B, whose rows are aligned)
+    is ranked as that one."""
     run_as = access.kernel_layout(layout, M, N, K, count) if width is None else layout
     if run_as != layout:
         layout, width = run_as, 4
     s = set_for(table, M, N, K, count, layout)
-    return ranked(s["constants"], s["blocks_per_sm"], M, N, K, count, sms, layout, width, out_width,
-                  s.get("residuals"))
+    return ranked(s["constants"], blocks_per_sm(s["blocks_per_sm"], layout, arch), M, N, K, count, sms, layout,
+                  width, out_width, s.get("residuals"))
 
 
 def choose(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int,

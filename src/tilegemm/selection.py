@@ -274,7 +274,7 @@ class Selector:
         if not self._has_model():
             return []
         limits = Limits.from_props(self.props)
-        ranked = model.ranked_for(self._model, M, N, K, count, self.props.sms, layout)
+        ranked = model.ranked_for(self._model, M, N, K, count, self.props.sms, layout, arch=self.props.arch)
         return [dict(cfg) for _, cfg, _ in ranked if not check_config(cfg, limits)][:n]
 
     def __call__(self, layout, M, N, K, count) -> tuple[dict, str]:

@@ -103,9 +103,7 @@ ROW_CLASS_FLAGS = {access.ODD_ROWS: "odd_rows", access.ODD_PAIRS: "odd_pairs"}
 def load_calibration(paths) -> tuple[list[dict], dict, int, str]:
     """(rows, blocks per SM by build (model.build), SMs, GPU name) of calibration files of one GPU;
     rows of tile configs the model no longer runs (``model.current``) or no longer offers for the
-    row's shape (``model.candidates``) are left out, and so are rows of a build measured at other
-    blocks per SM than the last file that times it gives (an earlier build of it: model.ARCH_MINB), and
-    the blocks per SM of builds no row is left of.
+    row's shape (``model.candidates``) are left out, and the blocks per SM of builds no row is left of.
     Each row gets the access widths its operands allow and its result was stored with
     (the narrower of access.row_widths, and out_width; "width", "out_width") and the width its candidate read with, as the
     model charges it ("read", model.read_width): files measured before the kernels took
@@ -128,12 +126,10 @@ def load_calibration(paths) -> tuple[list[dict], dict, int, str]:
                 pairs = bool(d.get("pairs"))
                 a, b = access.row_widths(r["layout"], *key, pairs=pairs, odd=bool(d.get("odd_copies")))
                 rows.append({**r, "width": min(a, b), "out_width": access.out_width(r["N"], pairs=pairs),
-                             "read": model.read_width(r["candidate"], b, a, classes),
-                             "blocks": d["blocks_per_sm"].get(r["candidate"])})
+                             "read": model.read_width(r["candidate"], b, a, classes)})
         per_sm.update({model.build(name): n for name, n in d["blocks_per_sm"].items()
                        if model.current(name, d["configs"][name])})
         sms, gpu = d["sms"], d["gpu"]
-    rows = [r for r in rows if r.pop("blocks") in (None, per_sm.get(model.build(r["candidate"])))]
     built = {model.build(r["candidate"]) for r in rows}
     return rows, {b: n for b, n in per_sm.items() if b in built}, sms, gpu
 

@@ -661,3 +661,34 @@ def test_rows_read_by_rows(cp, code, build, monkeypatch):
     ref = cp.matmul(a3.astype(np.float64), batch.astype(np.float64))
     assert float(cp.linalg.norm(out - ref) / cp.linalg.norm(ref)) < TOL and by_rows(), seen
     tilegemm.clear_caches()
+
+
+@pytest.mark.parametrize("build", sorted({b for caps in model.ARCH_MINB.values() for b in caps}))
+def test_arch_minb_builds(cp, build, monkeypatch):
+    """The builds model.ARCH_MINB raises to more blocks an SM, at each class of B's rows it names
+    (16-byte rows, N = 2 mod 4, N odd; split over K where the build is summed), with edges and a
+    partial first k tile, alpha and beta, against float64 with NaN-poisoned outputs; on the arch it
+    names, the launch takes its minb."""
+    from tilegemm import gpu
+    tile, kind = build.split()[0], build.split()[1] if " " in build else ""
+    sk = {"": 0, "summed": 2}[kind]
+    seen = []
+    real = launch.launcher
+    monkeypatch.setattr("tilegemm.dispatch.launcher", lambda *a, **k: seen.append(dict(a[4])) or real(*a, **k))
+    caps = model.ARCH_MINB.get(gpu.device_properties().arch, {}).get(build, {})
+    tilegemm.clear_caches()
+    rng = cp.random.default_rng(23)
+    for (M, N, K), width in (((333, 516, 1203), 4), ((129, 258, 2001), 2), ((517, 131, 777), 1)):
+        for splits in ((3, 8) if sk == 2 else (1, 4)):
+            cfg = {**model.TILES[tile], "sk": sk, "splits": splits}
+            a = rng.standard_normal((M, K), dtype=np.float32)
+            b = rng.standard_normal((K, N), dtype=np.float32)
+            c = rng.standard_normal((M, N), dtype=np.float32)
+            out = cp.full((M, N), np.nan, np.float32)
+            del seen[:]
+            tilegemm.gemm(a, b, c, out=out, alpha=1.5, beta=-0.5, config=cfg)
+            ref = 1.5 * (cp.asarray(a, np.float64) @ cp.asarray(b, np.float64)) - 0.5 * cp.asarray(c, np.float64)
+            err = float(cp.linalg.norm(out.astype(np.float64) - ref) / cp.linalg.norm(ref))
+            assert err < TOL, (build, M, N, K, splits, err)
+            if width in caps:
+                assert seen and seen[-1]["minb"] == caps[width], (build, width, seen)

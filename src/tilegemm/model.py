@@ -198,11 +198,16 @@ BY_ROWS_MINB = {access.ODD_ROWS: {"64x64f stream-K": 5},
 # The blocks an SM asked of ptxas (minb) on an arch by a build reading B's rows in NN at each access
 # class (4, 2, 1: 16, 8 or 4 bytes a copy; access.ODD_ROWS, ODD_PAIRS: by rows), where the tile's own
 # minb leaves ptxas free to take more registers and fewer blocks an SM than it can hold without
-# spills.  128 x 64 reading B narrow: 130-148 registers (3 blocks of 128 threads) against the 16-byte
-# build's 127 (4), 126-128 at minb 4 (on sm_80 some spill); on 18 picks of a fresh draw level but one
-# (233x571x12612 split 29: 0.82x the time), and 1866x2202x594 0.79x (its 525 blocks in one round of
-# 528 instead of two of 396).  In NT its 16-byte build has 3 blocks too, and a copied B (a narrow
-# result only) keeps 4 free: neither is capped.  64 x 128 at minb 4 ran 1.4% slower on 5 picks whose
+# spills (the model holds a capped 16-byte build at its minb: blocks_per_sm).  128 x 64 reading B
+# narrow: 130-148 registers (3 blocks of 128 threads) against the 16-byte build's 127 (4), 126-128
+# at minb 4 (on sm_80 some spill); on 18 picks of a fresh draw level but one (233x571x12612 split
+# 29: 0.82x the time), and 1866x2202x594 0.79x.  128 x 64 summed: 129 registers at 16 bytes (3
+# blocks), 126-128 at minb 4; on 10 shapes where the model ranks it among its four best, 0.95x the
+# time at the same split count (B narrow, 8 of 8 faster), 0.97x aligned.  64 x 64 summed reading B
+# narrow: 86-96 registers (5 blocks) against 80 (6): 0.98x on 10 (7 faster).  Not capped: 64 x 64f
+# and 64 x 64f summed at minb 8 (8 blocks of 64 threads instead of 6, 126-128 registers) ran 1.01x
+# slower on 14 picks and 1.04x on 24; in NT the 128 x 64 16-byte build has 3 blocks too, and a
+# copied B (a narrow result only) keeps 4 free.  64 x 128 at minb 4 ran 1.4% slower on 5 picks whose
 # B rows are of odd length, where it keeps 4 blocks either way (docs/perf-notes.md).
 ARCH_MINB = {"sm_90": {
     "128x64": {2: 4, 1: 4},

@@ -394,6 +394,13 @@ def test_nt_runs_as_nn_on_b_transposed_where_the_copy_pays(stubs):
     assert prog.work_floats == -(-planes // 64) * 64 + K * 304
     assert stubs.built[-1][1:3] == ("NN", 4)
     assert len(launches) == 3  # the transpose, the kernel, the reduction
+    # run as NN, the build takes NN's minb on sm_90 (model.ARCH_MINB): 128 x 64 summed at four blocks an
+    # SM; read as NT (one row of A fewer: not transposed), the tile's own
+    tall = {**model.TILES["128x64"], "sk": 2, "splits": 3}
+    run(p, tall, stubs)
+    assert stubs.built[-1][1] == "NN" and stubs.built[-1][3]["minb"] == 4
+    run(plan(op("a", (M - 1, K), ptr=PA), b, op("out", (M - 1, N), ptr=PD)), tall, stubs)
+    assert stubs.built[-1][1] == "NT" and stubs.built[-1][3]["minb"] == 0
     # one row of A fewer, a batch, the register pipeline, the tensor cores, or a product below
     # TRANSPOSE_MIN_MACS: NT as it is, B read in place
     mma = {"bm": 64, "bn": 64, "tm": 8, "tn": 8, "ln": 8, "stages": 4, "mma": 3}  # TF32x3 on the tensor cores

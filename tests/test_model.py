@@ -95,6 +95,21 @@ def test_stream_k_shares_the_last_wave_of_many(fitted):
     assert [n for n in at if n.endswith("stream-K")] == [f"{t} stream-K" for t in model.WAVE_STREAM_K_TILES]
 
 
+def test_the_ranking_holds_the_arch_s_capped_builds_at_their_blocks(fitted):
+    """On sm_90 the 128 x 64 summed build runs at four blocks an SM (model.ARCH_MINB, three as
+    calibrated): its predictions change with the arch, no other build's does, and not in NT."""
+    M, N, K = 495, 691, 4098
+    free = {n: p for n, _, p in model.ranked_for(fitted, M, N, K, 1, 132)}
+    capped = {n: p for n, _, p in model.ranked_for(fitted, M, N, K, 1, 132, arch="sm_90")}
+    assert fitted["blocks_per_sm"]["128x64 summed"] == 3 and model.ARCH_MINB["sm_90"]["128x64 summed"][4] == 4
+    both = free.keys() & capped.keys()
+    summed = [n for n in both if model.build(n) == "128x64 summed"]
+    assert summed and any(capped[n] != free[n] for n in summed)
+    assert all(capped[n] == free[n] for n in both if model.build(n) != "128x64 summed")
+    assert model.ranked_for(fitted, M, N, K, 1, 132, "NT", 4) == model.ranked_for(fitted, M, N, K, 1, 132, "NT", 4,
+                                                                                 arch="sm_90")
+
+
 def test_split_k_summed_in_the_kernel_is_priced_by_launch(fitted):
     """A launch of split-K summed in the kernel holds whole tiles and no more blocks than are resident
     (dispatch): 75 tiles of 128 x 128 split 7 ways at 2 blocks an SM (264 slots) are 525 blocks in
@@ -198,8 +213,15 @@ def test_the_selection_takes_the_model_where_no_table_holds_the_shape(fitted, tm
     sel = selection.Selector(props, "1", "13.0")
     for shape in ((777, 999, 1111), (1777, 999, 2111), (48, 48, 48)):  # the main set, the small set
         cfg, source = sel("NN", *shape, 1)
-        expected = model.ranked_for(fitted, *shape, 1, 132)[0][1]  # the set's constants and residuals
+        expected = model.ranked_for(fitted, *shape, 1, 132, arch="sm_90")[0][1]  # the set's constants and residuals
         assert source == "model" and cfg == expected
+    # the ranking takes the device's arch (the blocks per SM of its capped builds: model.blocks_per_sm)
+    seen = []
+    real = model.blocks_per_sm
+    monkeypatch.setattr(model, "blocks_per_sm", lambda per_sm, layout, arch: seen.append(arch) or real(per_sm, layout, arch))
+    sel.predicted(495, 691, 4098, 1, 3)
+    assert seen and set(seen) == {"sm_90"}
+    monkeypatch.setattr(model, "blocks_per_sm", real)
     assert sel("NN", 4096, 4096, 4096, 1)[1] == "shipped"  # measured entries first
     assert sel("NN", 4095, 4095, 4095, 1)[1] == "shipped"
     # a shape the shipped table was not measured on, in the bucket of one it was: the model
@@ -306,3 +328,29 @@ def test_calibrations_with_odd_rows_label_the_builds_that_read_them(fitted, tmp_
     assert any(r["width"] == 1 and model.build(r["candidate"]) == "64x128" and r["read"] == 1 for r in both)
     assert any(r["width"] == 2 and model.build(r["candidate"]) == "64x128" and r["read"] == access.ODD_PAIRS
                for r in both)
+
+
+def test_a_calibration_of_the_arch_s_capped_builds_replaces_their_earlier_rows(fitted):
+    """A calibration marked ``"arch_minb": true`` timed the builds model.ARCH_MINB names at their minb
+    (128 x 64 summed at four blocks an SM on sm_90): fitted beside files without the mark, that build's
+    rows measured at other blocks per SM (three) are left out, the rest kept (two early files measured
+    it at four), and its blocks per SM are the marked file's, first or last.  Without a marked file
+    (the shipped tables' files) nothing is left out."""
+    folder = ROOT / "benchmarks" / "results" / "experiments"
+    earlier = [folder / f for f in fitted["fitted_on"]]
+    marked = folder / "NVIDIA-H100-80GB-HBM3-2026-11-25-calibration-128x64-s523.json"
+    assert json.loads(marked.read_text())["arch_minb"]
+    rows, per_sm, _, _ = calibration.load_calibration(earlier)
+    assert len(rows) == fitted["rows"] and per_sm["128x64 summed"] == 3
+    both, per_sm2, _, _ = calibration.load_calibration(earlier + [marked])
+    new = calibration.load_calibration([marked])[0]
+    stale = kept = 0
+    for f in earlier:
+        recorded = json.loads(f.read_text())["blocks_per_sm"]
+        for r in calibration.load_calibration([f])[0]:
+            if model.build(r["candidate"]) == "128x64 summed":
+                stale += recorded[r["candidate"]] != 4
+                kept += recorded[r["candidate"]] == 4
+    assert stale > 0 and kept > 0
+    assert len(both) == len(rows) - stale + len(new) and per_sm2 == {**per_sm, "128x64 summed": 4}
+    assert calibration.load_calibration([marked] + earlier)[1]["128x64 summed"] == 4

@@ -16,7 +16,7 @@ import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-from . import access, gpu, registry, selection, suites, timing
+from . import access, gpu, model, registry, selection, suites, timing
 from .occupancy import Limits, occupancy
 
 F = registry.FAMILY
@@ -221,13 +221,15 @@ def tune_shape(device: int, layout: str, M: int, N: int, K: int, count: int = 1,
         cands = candidates(M, N, K, count, props.sms, Limits.from_props(props), top or 24)
         launches = {_key(c) for c in cands}  # one kernel is timed once, however its config is written
         cands += [c for c in sel.predicted(M, N, K, count, FULL_MODEL_TOP, layout) if _key(c) not in launches]
-    # each built as it will run the product (an NT product whose B is transposed first runs as NN)
+    # each built as it will run the product (an NT product whose B is transposed first runs as NN),
+    # at 16-byte access at the minb the arch's build takes (model.ARCH_MINB)
     run_as = [access.family_layout(F.params(c), layout, M, N, K, count) for c in cands]
+    runs = [model.arch_minb(F.params(c), F.params(c), r, 4, props.arch) for c, r in zip(cands, run_as)]
     built = {}
     for lay in dict.fromkeys(run_as):
-        built.update(compile_all([c for c, r in zip(cands, run_as) if r == lay], [lay], props.arch))
-    ok = [c for c, r in zip(cands, run_as)
-          if built[(tuple(sorted(F.compiled_params(F.params(c)).items())), r)][1:] == (0, None)]
+        built.update(compile_all([q for q, r in zip(runs, run_as) if r == lay], [lay], props.arch))
+    ok = [c for c, q, r in zip(cands, runs, run_as)
+          if built[(tuple(sorted(F.compiled_params(q).items())), r)][1:] == (0, None)]
     tried = measure(ok, M, N, K, count, layout, device, matmul, progress, target_s=target_s,
                     graph=M * N * K * count < suites.SMALL_DRAW["max_macs"])
     timed = [t for t in tried if t["tflops"]]

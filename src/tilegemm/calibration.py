@@ -104,6 +104,10 @@ def load_calibration(paths) -> tuple[list[dict], dict, int, str]:
     """(rows, blocks per SM by build (model.build), SMs, GPU name) of calibration files of one GPU;
     rows of tile configs the model no longer runs (``model.current``) or no longer offers for the
     row's shape (``model.candidates``) are left out, and the blocks per SM of builds no row is left of.
+    Files marked ``"arch_minb": true`` timed the builds dispatch runs at model.ARCH_MINB's minb: where
+    such a file times a build ARCH_MINB names, that build's rows from files without the mark measured
+    at other blocks per SM (an earlier build of it) are left out, and its blocks per SM are the marked
+    files'.
     Each row gets the access widths its operands allow and its result was stored with
     (the narrower of access.row_widths, and out_width; "width", "out_width") and the width its candidate read with, as the
     model charges it ("read", model.read_width): files measured before the kernels took
@@ -112,7 +116,7 @@ def load_calibration(paths) -> tuple[list[dict], dict, int, str]:
     before the builds of ``model.BY_ROWS_BUILDS`` read rows of odd length by rows lack
     ``"odd_rows": true``, and their rows were read at width 1; those measured before they read rows
     of twice an odd length by rows lack ``"odd_pairs": true``, and their rows were read at width 2."""
-    rows, per_sm, sms, gpu = [], {}, None, None
+    rows, per_sm, marked, sms, gpu = [], {}, {}, None, None
     for p in paths:
         d = _read(p, gpu)
         offered = {}
@@ -126,10 +130,23 @@ def load_calibration(paths) -> tuple[list[dict], dict, int, str]:
                 pairs = bool(d.get("pairs"))
                 a, b = access.row_widths(r["layout"], *key, pairs=pairs, odd=bool(d.get("odd_copies")))
                 rows.append({**r, "width": min(a, b), "out_width": access.out_width(r["N"], pairs=pairs),
-                             "read": model.read_width(r["candidate"], b, a, classes)})
-        per_sm.update({model.build(name): n for name, n in d["blocks_per_sm"].items()
-                       if model.current(name, d["configs"][name])})
+                             "read": model.read_width(r["candidate"], b, a, classes),
+                             "marked": bool(d.get("arch_minb")),
+                             "blocks": d["blocks_per_sm"].get(r["candidate"])})
+        blocks = {model.build(name): n for name, n in d["blocks_per_sm"].items()
+                  if model.current(name, d["configs"][name])}
+        per_sm.update(blocks)
+        if d.get("arch_minb"):
+            marked.update(blocks)
         sms, gpu = d["sms"], d["gpu"]
+    newer = {b: n for b, n in marked.items() if any(b in caps for caps in model.ARCH_MINB.values())}
+    kept = []
+    for r in rows:
+        was_marked, blocks = r.pop("marked"), r.pop("blocks")
+        if was_marked or newer.get(model.build(r["candidate"]), blocks) == blocks:
+            kept.append(r)
+    rows = kept
+    per_sm.update(newer)
     built = {model.build(r["candidate"]) for r in rows}
     return rows, {b: n for b, n in per_sm.items() if b in built}, sms, gpu
 
@@ -209,13 +226,15 @@ def held_out(table: dict, paths) -> dict:
     measured time of the candidate it ranks first among those measured, of the best measured, and
     cuBLAS's; the geometric means of cuBLAS's time over each (candidates timed one at a time)."""
     rows, _, sms, _ = load_calibration(paths)
+    sm = json.loads(Path(paths[0]).read_text()).get("sm")  # the builds ranked as on the calibrations' arch
+    arch = f"sm_{sm}" if sm else None
     shapes: dict = {}
     for r in rows:
         shapes.setdefault((r["layout"], r["M"], r["N"], r["K"], r["batch"], r["width"], r["out_width"]),
                           {})[r["candidate"]] = r
     picks, bests = [], []
     for (layout, M, N, K, count, width, out_width), rs in shapes.items():
-        ranked = model.ranked_for(table, M, N, K, count, sms, layout, width, out_width)
+        ranked = model.ranked_for(table, M, N, K, count, sms, layout, width, out_width, arch)
         pick = next((name for name, _, _ in ranked if name in rs), None)
         if pick is None:
             continue

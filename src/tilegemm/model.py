@@ -202,13 +202,16 @@ BY_ROWS_MINB = {access.ODD_ROWS: {"64x64f stream-K": 5},
 # narrow: 130-148 registers (3 blocks of 128 threads) against the 16-byte build's 127 (4), 126-128
 # at minb 4 (on sm_80 some spill); on 18 picks of a fresh draw level but one (233x571x12612 split
 # 29: 0.82x the time), and 1866x2202x594 0.79x.  128 x 64 summed: 129 registers at 16 bytes (3
-# blocks), 126-128 at minb 4; on 10 shapes where the model ranks it among its four best, 0.95x the
-# time at the same split count (B narrow, 8 of 8 faster), 0.97x aligned.  64 x 64 summed reading B
-# narrow: 86-96 registers (5 blocks) against 80 (6): 0.98x on 10 (7 faster).  Not capped: 64 x 64f
-# and 64 x 64f summed at minb 8 (8 blocks of 64 threads instead of 6, 126-128 registers) ran 1.01x
-# slower on 14 picks and 1.04x on 24; in NT the 128 x 64 16-byte build has 3 blocks too, and a
-# copied B (a narrow result only) keeps 4 free.  64 x 128 at minb 4 ran 1.4% slower on 5 picks whose
-# B rows are of odd length, where it keeps 4 blocks either way (docs/perf-notes.md).
+# blocks), 124 at minb 4 (4); on 10 shapes where the model ranks it among its four best, at the same
+# split count, 0.95x the time on the 4 that read B 16 bytes at a time (2 of them a copy of B) and
+# 0.95x on the 6 that read it narrow, where it holds 4 blocks either way (127-128 registers): there
+# the gain is ptxas' schedule under the cap, not occupancy.  64 x 64 summed reading B narrow: 86-96
+# registers (5 blocks) against 80 (6): 0.97x on 7 (6 faster).  Not capped: 64 x 64f and 64 x 64f
+# summed at minb 8 (8 blocks of 64 threads instead of 6; 127-128 registers, the summed 16-byte build
+# spilling 16 bytes) ran 1.01x slower on 14 picks and 1.04x on 24.  In NT the 128 x 64 16-byte
+# build has 3 blocks too, and a copied B (a narrow result only) keeps 4 free.  64 x 128 at minb 4
+# ran 1.4% slower on 5 picks whose B rows are of odd length, where it keeps 4 blocks either way
+# (docs/perf-notes.md).
 ARCH_MINB = {"sm_90": {
     "128x64": {2: 4, 1: 4},
     "128x64 summed": {4: 4, 2: 4, 1: 4},
@@ -239,7 +242,7 @@ def by_rows(params: dict, code: int) -> dict | None:
     return {**params, "minb": BY_ROWS_MINB[code].get(b, params["minb"])}
 
 
-def arch_minb(params: dict, q: dict, layout: str, widths, arch: str) -> dict:
+def arch_minb(params: dict, q: dict, layout: str, widths, arch: str | None) -> dict:
     """The parameters ``q`` with which the family config ``params`` (every parameter given) reads B's
     rows (``q`` is ``params``, or its by_rows variant) in a product of ``layout`` at access widths
     ``widths`` (access.family_widths: one number or (A, B, D), B's a width or a ROW_CLASSES code) on

@@ -105,7 +105,7 @@ def run(args) -> int:
     for name, cfg in configs.items():
         # the build dispatch runs at 16-byte access (at the minb of model.ARCH_MINB where it names it)
         params = registry.FAMILY.params({k: v for k, v in cfg.items() if k != "splits"})
-        q = model.arch_minb(params, params, args.layout, 4, props.arch)
+        q = model.arch_minb(params, args.layout, 4, props.arch)
         fn = launch.launcher(registry.FAMILY.name, args.layout, 4, dev, tuple(sorted(q.items())))
         occupancy[name] = fn.resident_blocks() // props.sms
     # the split counts that fill each build's block slots (the same builds: splits is a launch argument)

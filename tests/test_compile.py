@@ -500,10 +500,11 @@ def test_per_operand_widths_build_what_each_operand_allows():
 
 @pytest.mark.parametrize("arch,build", [(a, b) for a, caps in model.ARCH_MINB.items() for b in caps])
 def test_arch_minb_builds_hold_their_blocks_an_sm_without_spills(arch, build):
-    """The builds of model.ARCH_MINB, at each class of B's rows they name in NN (the result's any
-    way) as dispatch builds them (model.arch_minb), compile without spills to at least minb blocks
+    """The builds of model.ARCH_MINB, at each access width of B's rows they name in NN (the result's
+    any way) as dispatch builds them (model.arch_minb), compile without spills to at least minb blocks
     an SM and at least the 16-byte build's (the model's blocks per SM: model.blocks_per_sm).  Other
-    layouts, other archs and the classes it does not name keep the tile's minb."""
+    layouts, other archs and the widths it does not name keep the tile's minb; rows read by rows take
+    BY_ROWS_MINB, so ARCH_MINB names widths only."""
     F = registry.FAMILY
     tile, kind = build.split()[0], build.split()[1] if " " in build else ""
     p = F.params({**model.TILES[tile], "sk": {"": 0, "stream-K": 1, "summed": 2}[kind]})
@@ -511,19 +512,18 @@ def test_arch_minb_builds_hold_their_blocks_an_sm_without_spills(arch, build):
     blocks = lambda k, q: occupancy(threads, k.resources.registers, registry.family_smem(q),  # noqa: E731
                                     Limits.for_arch(arch)).blocks
     caps = model.ARCH_MINB[arch][build]
-    wide = F.compile(model.arch_minb(p, p, "NN", 4, arch), "NN", arch=arch, vec=4)
+    assert set(caps) <= {4, 2, 1}
+    wide = F.compile(model.arch_minb(p, "NN", 4, arch), "NN", arch=arch, vec=4)
     assert blocks(wide, p) >= caps.get(4, 0)
-    for code, minb in caps.items():
-        out = {access.ODD_ROWS: 1, access.ODD_PAIRS: 2}.get(code, code)
-        for vec in ((4, code, out), (1, code, out), (4, code, 4)):
-            q = model.arch_minb(p, p, "NN", vec, arch)
+    for width, minb in caps.items():
+        for vec in ((4, width, width), (1, width, width), (4, width, 4)):
+            q = model.arch_minb(p, "NN", vec, arch)
             assert q["minb"] == minb
             k = F.compile(q, "NN", arch=arch, vec=vec)
             assert k.resources.spills == 0 and blocks(k, q) >= max(minb, blocks(wide, p)), (vec, k.resources.registers)
     for layout, vec, a in (("NT", (4, 4, 1), arch), ("TN", (1, 4, 4), arch), ("NN", (4, 1, 1), "sm_80")):
-        assert model.arch_minb(p, p, layout, vec, a) is p, (layout, vec, a)
-    assert all(model.arch_minb(p, p, "NN", (4, c, 4), arch) is p for c in (4, 2, 1, access.ODD_ROWS, access.ODD_PAIRS)
-               if c not in caps)
+        assert model.arch_minb(p, layout, vec, a) is p, (layout, vec, a)
+    assert all(model.arch_minb(p, "NN", (4, w, 4), arch) is p for w in (4, 2, 1) if w not in caps)
 
 
 def test_the_model_holds_the_capped_16_byte_builds_at_their_minb():

@@ -224,7 +224,7 @@ def tune_shape(device: int, layout: str, M: int, N: int, K: int, count: int = 1,
     # each built as it will run the product (an NT product whose B is transposed first runs as NN),
     # at 16-byte access at the minb the arch's build takes (model.ARCH_MINB)
     run_as = [access.family_layout(F.params(c), layout, M, N, K, count) for c in cands]
-    runs = [model.arch_minb(F.params(c), F.params(c), r, 4, props.arch) for c, r in zip(cands, run_as)]
+    runs = [model.arch_minb(F.params(c), r, 4, props.arch) for c, r in zip(cands, run_as)]
     built = {}
     for lay in dict.fromkeys(run_as):
         built.update(compile_all([q for q, r in zip(runs, run_as) if r == lay], [lay], props.arch))

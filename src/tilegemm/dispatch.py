@@ -304,10 +304,10 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
                if (q := model.by_rows(params, code)) is not None and code in registry.family_row_classes(q)}
     vec = family_widths(layout, cp_async, ops[0], ops[1], None if sk == 0 and splits > 1 else (at[D], g.ldd, sd),
                         tuple(by_rows))
-    # the build's parameters: B's rows read by rows or not, at the blocks an SM the arch's build holds
-    # where that was measured (model.ARCH_MINB)
-    q = model.arch_minb(params, by_rows[vec[1]] if isinstance(vec, tuple) and vec[1] in by_rows else params,
-                        layout, vec, gpu.device_properties(device).arch)
+    # the build's parameters: B's rows read by rows (model.BY_ROWS_MINB), or not, at the blocks an SM
+    # the arch's build holds where that was measured (model.ARCH_MINB)
+    q = (by_rows[vec[1]] if isinstance(vec, tuple) and vec[1] in by_rows
+         else model.arch_minb(params, layout, vec, gpu.device_properties(device).arch))
     if q is not params:
         cfg = {k: v for k, v in q.items() if k != "splits"}
     lda, ldb = ops[0][1], ops[1][1]

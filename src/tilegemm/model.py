@@ -196,7 +196,7 @@ BY_ROWS_MINB = {access.ODD_ROWS: {"64x64f stream-K": 5},
 
 
 # The blocks an SM asked of ptxas (minb) on an arch by a build reading B's rows in NN at each access
-# class (4, 2, 1: 16, 8 or 4 bytes a copy; access.ODD_ROWS, ODD_PAIRS: by rows), where the tile's own
+# width (4, 2, 1: 16, 8 or 4 bytes a copy; rows read by rows take BY_ROWS_MINB), where the tile's own
 # minb leaves ptxas free to take more registers and fewer blocks an SM than it can hold without
 # spills (the model holds a capped 16-byte build at its minb: blocks_per_sm).  128 x 64 reading B
 # narrow: 130-148 registers (3 blocks of 128 threads) against the 16-byte build's 127 (4), 126-128
@@ -242,14 +242,14 @@ def by_rows(params: dict, code: int) -> dict | None:
     return {**params, "minb": BY_ROWS_MINB[code].get(b, params["minb"])}
 
 
-def arch_minb(params: dict, q: dict, layout: str, widths, arch: str | None) -> dict:
-    """The parameters ``q`` with which the family config ``params`` (every parameter given) reads B's
-    rows (``q`` is ``params``, or its by_rows variant) in a product of ``layout`` at access widths
-    ``widths`` (access.family_widths: one number or (A, B, D), B's a width or a ROW_CLASSES code) on
-    ``arch``, with minb from ARCH_MINB where it names the candidate's build and B's class in NN."""
+def arch_minb(params: dict, layout: str, widths, arch: str | None) -> dict:
+    """The parameters with which the family config ``params`` (every parameter given) runs a product
+    of ``layout`` at access widths ``widths`` (access.family_widths: one number or (A, B, D)) on
+    ``arch``, not reading B's rows by rows (``by_rows``): minb from ARCH_MINB where it names the
+    candidate's build and B's width in NN, else ``params``."""
     b_width = widths[1] if isinstance(widths, tuple) else widths
     minb = ARCH_MINB.get(arch, {}).get(_build_of(params), {}).get(b_width) if layout == "NN" else None
-    return q if minb is None else {**q, "minb": minb}
+    return params if minb is None else {**params, "minb": minb}
 
 
 def current(name: str, cfg: dict) -> bool:

@@ -62,7 +62,7 @@ def test_every_rung_uses_the_shared_signature():
         assert spec.entry == launch.RUNG.entry
 
 
-@pytest.mark.parametrize("spec", [registry.FAMILY, registry.REDUCE], ids=lambda s: s.name)
+@pytest.mark.parametrize("spec", [registry.FAMILY, registry.REDUCE, registry.PACK, registry.PACK_T], ids=lambda s: s.name)
 def test_kernels_launched_as_dependents_wait_first(spec):
     src = (KERNEL_DIR / spec.file).read_text()
     body = src[src.index(spec.entry + "("):]
@@ -359,6 +359,19 @@ def test_a_misaligned_operand_is_copied_where_the_copy_pays(stubs):
     assert stubs.built[-1][2] == 4  # B's copy aligned, D is the workspace
     assert stubs.lds[-1] == (K, 304)  # the copy's leading dimension decides on 64-bit offsets
     assert len(launches) == 3  # the copy, the kernel, the reduction
+
+
+def test_copies_launch_as_dependents_where_the_call_asks(stubs):
+    # the copies wait first (pack.cu), so they follow the kernel before them as PDL dependents, as the
+    # family's kernels do, unless the call passes pdl=False
+    M, N, K = 4096, 301, 1000
+    nt = Operand("b", "cupy", None, (K, N), (1, K + 1), F32, 0, PB)
+    for b, kind in ((op("b", (K, N), ptr=PB), registry.PACK), (nt, registry.PACK_T)):
+        for pdl in (True, False):
+            p = plan(op("a", (M, K), ptr=PA), b, op("out", (M, N), ptr=PD), pdl=pdl)
+            prog, _ = run(p, {**BIG, "splits": 1}, stubs)
+            assert len(prog.steps) == 2 and [st.go.pdl for st in prog.steps] == [pdl, pdl]
+            assert prog.steps[0].go.grid and kind.waits
 
 
 @pytest.mark.parametrize("case", [

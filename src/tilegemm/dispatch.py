@@ -228,7 +228,7 @@ def _wgmma_family(p, g, device, at, offs, beta) -> tuple[list[Step], int, dict]:
     for i, (which, ld) in enumerate(((A, g.lda), (B, g.ldb))):
         if pack and pack & (1 << i):
             dst, work, src[i] = _workspace_copy(work, views[i])
-            steps.append(pack_step(device, views[i], ld, which, offs[which], dst))
+            steps.append(pack_step(device, views[i], ld, which, offs[which], dst, p.pdl))
     config = {**fn.params, "splits": splits, "pack": pack or 0}
     if splits == 1:
         steps.append(tma_step(p, g, fn, grid, at, offs, 4, alpha=p.alpha, beta=beta, src=src))
@@ -264,9 +264,9 @@ def _tf32(p, g, device, at, offs, beta, ops, sms) -> tuple[list[Step], int, dict
         dst, work, at_copy = _workspace_copy(work, view)
         src.append(at_copy)
         if how == "copy":
-            steps.append(pack_step(device, view, ld, which, offs[which], dst))
+            steps.append(pack_step(device, view, ld, which, offs[which], dst, p.pdl))
         else:  # stored the other way: (K, rows) transposed into (rows, K)
-            steps.append(transpose_step(device, view[::-1], ld, which, offs[which], dst))
+            steps.append(transpose_step(device, view[::-1], ld, which, offs[which], dst, p.pdl))
     config = hopper.tf32_record(ops)
     if splits == 1:
         return steps + [tf32_step(g, fn, offs, src, swap, sms, alpha=p.alpha, beta=beta)], work, config
@@ -344,11 +344,11 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
     for i, which in enumerate((A, B)):
         if copied[i]:
             dst, work, (_, off, _) = _workspace_copy(work, views[i])
-            steps.append(pack_step(device, views[i], (g.lda, g.ldb)[i], which, offs[which], dst))
+            steps.append(pack_step(device, views[i], (g.lda, g.ldb)[i], which, offs[which], dst, p.pdl))
             src[i] = (W, off)
     if transposed:  # B as stored, N x K, into K rows of N floats rounded up to 4
         dst, work, (_, off, _) = _workspace_copy(work, (g.K, g.N))
-        steps.append(transpose_step(device, (g.N, g.K), g.ldb, B, offs[B], dst))
+        steps.append(transpose_step(device, (g.N, g.K), g.ldb, B, offs[B], dst, p.pdl))
         src[1] = (W, off)
     (wa, oa), (wb, ob) = src
     if sk:

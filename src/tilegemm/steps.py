@@ -58,9 +58,10 @@ def tma_step(p, g, fn, grid, at, offs, vec, splits=1, k_split=None, out=D, ldd=N
                 strides=(4 * sd, 4 * sc, 4 * sa, 4 * sb), maps=maps)
 
 
-def pack_step(device, view, ld, which, off, dst) -> Step:
+def pack_step(device, view, ld, which, off, dst, pdl: bool) -> Step:
     """Copy operand ``which`` (its view: rows, cols, rows ``ld`` apart; at byte offset ``off``) into the
-    workspace at byte offset ``dst``, in rows of cols rounded up to 4 floats (pack.cu)."""
+    workspace at byte offset ``dst``, in rows of cols rounded up to 4 floats (pack.cu); launched as a
+    programmatic dependent where ``pdl`` and the GPU allow (the copy waits first)."""
     rows, cols = view
     fn = packer(device)
     groups = -(-cols // 4)
@@ -68,19 +69,19 @@ def pack_step(device, view, ld, which, off, dst) -> Step:
     per_block = 256 // gpr
     grid = (-(-groups // gpr), max(1, min(-(-rows // per_block), 65535)), 1)
     args = PACK.values(rows=rows, cols=cols, src=0, lds=ld, dst=0, ldd=aligned_cols(cols), gpr=gpr)
-    return Step(fn.prepare(grid, False), tuple(args), ((PACK.slot("src"), which, off), (PACK.slot("dst"), W, dst)))
+    return Step(fn.prepare(grid, pdl), tuple(args), ((PACK.slot("src"), which, off), (PACK.slot("dst"), W, dst)))
 
 
-def transpose_step(device, view, ld, which, off, dst) -> Step:
+def transpose_step(device, view, ld, which, off, dst, pdl: bool) -> Step:
     """Copy operand ``which`` (its stored view: rows, cols, rows ``ld`` apart; at byte offset ``off``)
     transposed into the workspace at byte offset ``dst``: cols rows of ``rows`` rounded up to 4 floats
-    (pack.cu's pack_t)."""
+    (pack.cu's pack_t); ``pdl`` as for ``pack_step``."""
     rows, cols = view
     fn = transposer(device)
     ldd = aligned_cols(rows)
     grid = (-(-cols // 32), max(1, min(-(-ldd // 32), 65535)), 1)
     args = PACK_T.values(rows=rows, cols=cols, src=0, lds=ld, dst=0, ldd=ldd)
-    return Step(fn.prepare(grid, False), tuple(args), ((PACK_T.slot("src"), which, off), (PACK_T.slot("dst"), W, dst)))
+    return Step(fn.prepare(grid, pdl), tuple(args), ((PACK_T.slot("src"), which, off), (PACK_T.slot("dst"), W, dst)))
 
 
 def tf32_step(g, fn, offs, ops, swap: int, sms: int, splits=1, k_split=None, out=D, ldd=None, sD=0, alpha=1.0,

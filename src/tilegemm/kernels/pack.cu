@@ -12,11 +12,18 @@
 // Grid: GPR (runtime, a power of two dividing 256) column groups of 4 per row and 256 / GPR rows per
 // block, so that narrow rows still fill the block; blocks along x take further column groups, along
 // y further rows (grid-stride).  64-bit offsets.
+// PDL (sm_90+), both kernels: the host may launch a copy as a programmatic dependent of the kernel
+// before it in the stream (the previous call's, whose workspace this copy may overwrite);
+// griddepcontrol.wait, the first thing every thread does, holds it until that kernel has completed
+// and its stores are visible (it returns at once after an ordinary launch).
 typedef long long tg_idx;
 
 extern "C" __global__ void __launch_bounds__(256) tilegemm_pack(int rows, int cols, const float *__restrict__ src,
                                                                 long long lds, float *__restrict__ dst, long long ldd,
                                                                 int gpr) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
     const int c = (blockIdx.x * gpr + threadIdx.x % gpr) * 4;
     if (c >= cols) return;
     const int per_block = blockDim.x / gpr;
@@ -40,6 +47,9 @@ extern "C" __global__ void __launch_bounds__(256) tilegemm_pack(int rows, int co
 extern "C" __global__ void __launch_bounds__(256) tilegemm_pack_t(int rows, int cols, const float *__restrict__ src,
                                                                   long long lds, float *__restrict__ dst,
                                                                   long long ldd) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
     __shared__ float tile[32][33];
     const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
     const int c0 = blockIdx.x * 32;

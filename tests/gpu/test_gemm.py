@@ -427,6 +427,24 @@ def test_chained_products_read_what_the_kernel_before_wrote(cp, cfg):
     assert float(cp.linalg.norm(x - ref) / cp.linalg.norm(ref)) < 20 * TOL
 
 
+def test_chained_copies_read_what_the_kernel_before_wrote(cp):
+    """x <- m @ x, twenty times back to back, x's rows of odd length (131 floats) under 1100 rows of m:
+    before each product x is copied into aligned rows (access.family_copies), the copy launched as a
+    PDL dependent of the product before it, which wrote x and read the workspace the copy overwrites;
+    only the copy's wait orders them.  Compared with the same chain in float64 (m orthogonal)."""
+    rng = cp.random.default_rng()
+    n, N = 1100, 131
+    assert access.family_copies("NN", True, (4, 1), n, N, n, 1) == (False, True)
+    q, _ = cp.linalg.qr(rng.standard_normal((n, n)))
+    m = q.astype(np.float32)
+    x = rng.standard_normal((n, N), dtype=np.float32)
+    ref = x.astype(np.float64)
+    for _ in range(20):
+        x = tilegemm.matmul(m, x)
+        ref = m.astype(np.float64) @ ref
+    assert float(cp.linalg.norm(x - ref) / cp.linalg.norm(ref)) < 20 * TOL
+
+
 def test_split_k_on_a_torch_stream(cp):
     """The memo's split-K workspace is taken for the stream the launches go to (torch's current one)."""
     torch = pytest.importorskip("torch")

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tilegemm import cli, occupancy, registry
+from tilegemm import cli, model, occupancy, registry
 from tilegemm.instruments import banks, patterns, roofline, sass
 
 DATA = Path(__file__).parent / "data"
@@ -310,6 +310,20 @@ def test_explain_reads_the_build_that_runs_the_product():
     tc = {"bm": 64, "bn": 128, "bk": 16, "tm": 8, "tn": 8, "ln": 8, "minb": 2, "mma": 3}
     r = explain.build("gemm", tc, shape=(4096, 2000, 300), layout="NT", arch="sm_90", measure=False)
     assert r["kernel_layout"] == "NT"  # the tensor-core configs read B as it is
+
+
+def test_explain_reads_the_build_at_the_blocks_dispatch_asks_for():
+    # 128 x 64 summed at 16-byte accesses: on sm_90 dispatch builds it for four blocks an SM
+    # (model.ARCH_MINB; left free, ptxas takes three); explain reports that build, on sm_80 the free one
+    from tilegemm.instruments import explain
+
+    cfg = {**model.TILES["128x64"], "sk": 2, "splits": 3}
+    want = model.ARCH_MINB["sm_90"]["128x64 summed"][4]
+    r = explain.build("gemm", cfg, shape=(4096, 2048, 4096), arch="sm_90", measure=False)
+    assert r["params"]["minb"] == cfg.get("minb", 0) and r["built_minb"] == want
+    assert r["occupancy"]["blocks"] == want and r["resources"]["spill_bytes"] == 0
+    r = explain.build("gemm", cfg, shape=(4096, 2048, 4096), arch="sm_80", measure=False)
+    assert r["built_minb"] is None
 
 
 def test_explain_cli(capsys):

@@ -322,6 +322,7 @@ def test_explain_reads_the_build_at_the_blocks_dispatch_asks_for():
     r = explain.build("gemm", cfg, shape=(4096, 2048, 4096), arch="sm_90", measure=False)
     assert r["params"]["minb"] == cfg.get("minb", 0) and r["built_minb"] == want
     assert r["occupancy"]["blocks"] == want and r["resources"]["spill_bytes"] == 0
+    assert explain.build("gemm", cfg, shape=(4096, 2048, 4096), arch="sm_90a", measure=False)["built_minb"] == want
     r = explain.build("gemm", cfg, shape=(4096, 2048, 4096), arch="sm_80", measure=False)
     assert r["built_minb"] is None
 

@@ -23,9 +23,9 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, out=None, kernel: str | None = No
     beta != 0 (as in BLAS: NaN in c does not leak through beta = 0); a given c is checked either
     way (dtype, shape, device).  ``out``: the array to write
     (it may be c itself for an in-place update); by default a new array of a's type whose matrices
-    follow c's layout.  Inputs are never modified.  ``pdl``: on sm_90+ launch the family's kernels
-    as programmatic dependents of the kernel before them (the default; results are the same either
-    way).  See ``matmul`` for the rest, ``precision`` included.
+    follow c's layout.  Inputs are never modified.  ``pdl``: on sm_90+ launch the family's kernels,
+    the reduction and the copies of operands as programmatic dependents of the kernel before them
+    (the default; results are the same either way).  See ``matmul`` for the rest, ``precision`` included.
     """
     res = fastpath.call(a, b, out, _FAMILY if kernel is None else kernel, config, pdl, precision, c, alpha, beta)
     if res is not fastpath.MISS:

@@ -329,14 +329,12 @@ REDUCE = KernelSpec(
 # the Hopper tensor-core path's copy of an operand whose rows TMA cannot read into 16-byte aligned rows
 PACK = KernelSpec(
     name="pack", file="pack.cu", summary="an operand copied into 16-byte aligned rows (for TMA)",
-    defaults={}, block=lambda p: (256, 1, 1), tile=lambda p: (1, 1), entry="tilegemm_pack",
-    waits=True,
+    defaults={}, block=lambda p: (256, 1, 1), tile=lambda p: (1, 1), entry="tilegemm_pack", waits=True,
 )
 
 PACK_T = KernelSpec(
     name="pack_t", file="pack.cu", summary="an operand's transposed copy (for the TF32 path's K-major operands)",
-    defaults={}, block=lambda p: (256, 1, 1), tile=lambda p: (1, 1), entry="tilegemm_pack_t",
-    waits=True,
+    defaults={}, block=lambda p: (256, 1, 1), tile=lambda p: (1, 1), entry="tilegemm_pack_t", waits=True,
 )
 
 

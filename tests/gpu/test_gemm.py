@@ -428,20 +428,25 @@ def test_chained_products_read_what_the_kernel_before_wrote(cp, cfg):
 
 
 def test_chained_copies_read_what_the_kernel_before_wrote(cp):
-    """x <- m @ x, twenty times back to back, x's rows of odd length (131 floats) under 1100 rows of m:
-    before each product x is copied into aligned rows (access.family_copies), the copy launched as a
-    PDL dependent of the product before it, which wrote x and read the workspace the copy overwrites;
-    only the copy's wait orders them.  Compared with the same chain in float64 (m orthogonal)."""
+    """x <- m @ x, twenty times back to back with nothing between, x's rows of odd length (131 floats)
+    under 1100 rows of m: before each product x is copied into aligned rows (access.family_copies),
+    the copy launched as a PDL dependent of the product before it, which wrote x and read the
+    workspace the copy overwrites; only the copy's wait orders them (a guard: no kernel of the library
+    triggers its dependents early, so an unordered copy would race in a small window).  Compared with
+    the same chain in float64 afterwards (m orthogonal)."""
     rng = cp.random.default_rng()
     n, N = 1100, 131
-    assert access.family_copies("NN", True, (4, 1), n, N, n, 1) == (False, True)
     q, _ = cp.linalg.qr(rng.standard_normal((n, n)))
     m = q.astype(np.float32)
-    x = rng.standard_normal((n, N), dtype=np.float32)
-    ref = x.astype(np.float64)
+    x0 = rng.standard_normal((n, N), dtype=np.float32)
+    x = x0
     for _ in range(20):
         x = tilegemm.matmul(m, x)
-        ref = m.astype(np.float64) @ ref
+    steps = [e.program.steps for e in fastpath.entries() if e.program is not None and e.shape == (n, N)]
+    assert steps and len(steps[0][0].args) == len(launch.PACK.fields)  # the program starts with the copy
+    m64, ref = m.astype(np.float64), x0.astype(np.float64)
+    for _ in range(20):
+        ref = m64 @ ref
     assert float(cp.linalg.norm(x - ref) / cp.linalg.norm(ref)) < 20 * TOL
 
 

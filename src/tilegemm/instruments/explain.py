@@ -36,7 +36,8 @@ def build(name: str, config: dict | None = None, shape=(4096, 4096, 4096), layou
     run_as = access.family_layout(params, layout, M, N, K) if spec is registry.FAMILY else layout
     # the build dispatch runs for operands read 16 bytes at a time: on some archs at more blocks an SM
     # than the config asks (model.ARCH_MINB); its registers, occupancy and SASS are the ones reported
-    built = model.arch_minb(params, run_as, 4, arch) if spec is registry.FAMILY else params
+    # (sm_90a builds of the FFMA family are sm_90's)
+    built = model.arch_minb(params, run_as, 4, arch.removesuffix("a")) if spec is registry.FAMILY else params
     compiled = spec.compile(spec.compiled_params(built), layout=run_as, arch=arch)
     res = compiled.resources
     threads = spec.threads(params)

@@ -156,6 +156,12 @@ def test_on_hopper_tensor_core_calls_run_rung_10s_kernel_split_over_k(stubs, mon
     assert pk.go.grid[0] * pargs["gpr"] * 4 >= 511 and pk.go.grid[1] * (256 // pargs["gpr"]) >= 4096
     assert [(m[1], m[2]) for m in mm.maps] == [(launch.W, 0), (launch.B, 0)]
     assert dict(zip((n for n, _ in W.fields), mm.args))["lda"] == 512
+    # the copy waits first and follows the kernel before it as a PDL dependent, unless the call says
+    # pdl=False; rung 10's kernel is launched plainly after it
+    assert pk.go.pdl and not mm.go.pdl
+    pk, _ = dispatch.build(plan(a, b, op("out", (4096, 4096), ptr=PD), precision=precision, pdl=False), 0,
+                           (PA, PB, 0, PD), lambda *k: pytest.fail("no mma.sync config is chosen")).steps
+    assert not pk.go.pdl
     # both unaligned, and split over K: the planes first, then the copies, 256-byte aligned
     a, b = op("a", (64, 99999), ptr=PA), op("b", (99999, 63), ptr=PB)
     prog = dispatch.build(plan(a, b, op("out", (64, 63), ptr=PD), precision=precision), 0, (PA, PB, 0, PD),
@@ -282,6 +288,7 @@ def test_on_hopper_tf32_reads_its_b_k_major_and_its_a_either_way(stubs, monkeypa
     assert tr.ptrs == ((PT.slot("src"), launch.B, 0), (PT.slot("dst"), launch.W, 0))
     assert tr.go.grid[0] * 32 >= 200 and tr.go.grid[1] * 32 >= 512 and prog.work_floats == 200 * 512
     assert [(m[1], m[2]) for m in mm.maps] == [(launch.A, 0), (launch.W, 0)] and args(mm)["ldb"] == 512
+    assert tr.go.pdl  # the transposed copy follows the kernel before it as a PDL dependent
     # TN, M < N: A transposed, swapped
     a = op("a", (200, 511), strides=(1, 200), ptr=PA)
     prog = build(a, op("b", (511, 300), ptr=PB), op("out", (200, 300), ptr=PD))
@@ -291,6 +298,7 @@ def test_on_hopper_tf32_reads_its_b_k_major_and_its_a_either_way(stubs, monkeypa
     prog = build(op("a", (300, 511), ptr=PA), b, op("out", (300, 200), ptr=PD))
     pa_, pb_, mm = prog.steps
     assert prog.config["copies"] == "copy/copy" and pb_.ptrs[1] == (launch.PACK.slot("dst"), launch.W, 4 * 300 * 512)
+    assert pa_.go.pdl and pb_.go.pdl
     assert [(m[1], m[2]) for m in mm.maps] == [(launch.W, 0), (launch.W, 4 * 300 * 512)]
     # few tiles and a long K: split over K, planes written alpha 1, beta 0, the reduction applies them
     b = op("b", (100000, 64), strides=(1, 100000), ptr=PB)

@@ -316,7 +316,7 @@ def _predict(c: dict, tile: str, cfg: dict, M: int, N: int, K: int, count: int, 
 
 def ranked(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int,
            layout: str = "NN", width: int | None = None, out_width: int | None = None,
-           near: dict | None = None) -> list[tuple[str, dict, float]]:
+           near: dict | None = None, arch: str | None = None) -> list[tuple[str, dict, float]]:
     """Every candidate with a build in ``per_sm`` (blocks per SM by build, ``build``) and its tile's
     constants in ``c`` as (name, config, predicted microseconds), the fastest first; the operands
     and the result taken as contiguous arrays of ``layout`` (their rows' alignment follows from the
@@ -324,8 +324,9 @@ def ranked(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int,
     the access widths (access.row_widths, out_width); each candidate is charged at ``read_width``.
     ``near``: the set's calibration residuals (residuals.py); a single product's predictions in
     RESIDUALS_LAYOUT are corrected by them (the main set's calibrations time single NN products;
-    another layout copies other operands another way, and no calibration measured the correction there)."""
-    a_width, width = access.row_widths(layout, M, N, K, count) if width is None else (4, width)
+    another layout copies other operands another way, and no calibration measured the correction there).
+    ``arch``: the GPU's, where B's rows may be read by TMA (access.family_tma_rows)."""
+    a_width, width = access.row_widths(layout, M, N, K, count, arch=arch) if width is None else (4, width)
     out_width = access.out_width(N) if out_width is None else out_width
     cands = [(name, cfg) for name, cfg in candidates(M, N, K, count, sms, per_sm)
              if build(name) in per_sm and f"{name.split()[0]}.f" in c]
@@ -358,7 +359,7 @@ def ranked_for(table: dict, M: int, N: int, K: int, count: int, sms: int, layout
         layout, width = run_as, 4
     s = set_for(table, M, N, K, count, layout)
     return ranked(s["constants"], blocks_per_sm(s["blocks_per_sm"], layout, arch), M, N, K, count, sms, layout,
-                  width, out_width, s.get("residuals"))
+                  width, out_width, s.get("residuals"), arch)
 
 
 def choose(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int,

@@ -36,3 +36,42 @@ def encoder(rows: int, cols: int, ld: int, box_rows: int, box_cols: int, swizzle
         return ctypes.string_at(tmap.getPtr(), 128)
 
     return encode
+
+
+def row_class_geometry(ptr: int, r: int, rows: int, cols: int, ld: int) -> tuple[int, int, int, int]:
+    """(base address, column shift, columns, rows) of the tensor map of rows r, r + 4, r + 8, ... of the
+    rows x cols float32 view at ``ptr`` (row stride ``ld`` elements, any ``ld``; ``ptr`` 4-byte aligned):
+    the base is row r's first element rounded down to 16 bytes, and its columns are shifted right by
+    the floats rounded off (0..3: the kernel adds the shift to its column coordinates, tg_tma_rows.cuh);
+    its row stride is 4 ld elements.  A class with no row keeps one (never read)."""
+    first = ptr + 4 * r * ld
+    shift = (first & 15) // 4
+    return first - 4 * shift, shift, cols + shift, max(1, -(-(rows - r) // 4))
+
+
+def row_class_encoders(rows: int, cols: int, ld: int, box_rows: int, box_cols: int) -> list:
+    """For gemm.cu's B read by TMA by k mod 4 (tg_tma_rows.cuh): four ``encode(ptr) -> bytes``, one
+    per class r, the tensor map of ``row_class_geometry`` copied in boxes of box_rows x box_cols;
+    elements outside read as zeros."""
+
+    def one(r: int):
+        @functools.lru_cache(maxsize=32)
+        def encode(ptr: int) -> bytes:
+            from cuda.bindings import driver as drv
+
+            u64, u32 = drv.cuuint64_t, drv.cuuint32_t
+            box, unit = [u32(min(box_cols, 256)), u32(min(box_rows, 256))], [u32(1), u32(1)]
+            base, _, n_cols, n_rows = row_class_geometry(ptr, r, rows, cols, ld)
+            err, tmap = drv.cuTensorMapEncodeTiled(
+                drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, base,
+                [u64(n_cols), u64(n_rows)], [u64(16 * ld if n_rows > 1 else -(-n_cols // 4) * 16)], box, unit,
+                drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+                drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
+                drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+            check(err, f"cuTensorMapEncodeTiled(rows {r} mod 4 of {rows} x {cols}, ld {ld}, box {box_rows} x {box_cols})")
+            return ctypes.string_at(tmap.getPtr(), 128)
+
+        return encode
+
+    return [one(r) for r in range(4)]

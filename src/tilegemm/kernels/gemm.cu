@@ -491,7 +491,11 @@ extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
     const float *__restrict__ B, long long ldb, long long sB, const float *C, long long ldc,
     long long sC, float *D, long long ldd, long long sD, float alpha, float beta, int k_split,
     int splits, float *W, int *flags, int epoch, int count, int first TG_TMA_PARAMS) {
-    extern __shared__ __align__(128) float smem[];
+#if TG_TMA_B
+    extern __shared__ __align__(128) float smem[];  // TMA's boxes land on 128-byte boundaries
+#else
+    extern __shared__ __align__(16) float smem[];
+#endif
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");  // PDL: see the header
 #endif

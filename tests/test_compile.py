@@ -589,8 +589,8 @@ MODEL_BUILDS = sorted({model.build(name) for name, _ in model.candidates(2000, 2
 @pytest.mark.parametrize("build", MODEL_BUILDS)
 def test_tma_row_builds_copy_b_by_tma_without_spills(build):
     """B's rows by TMA (access.TMA_ROWS, tg_tma_rows.cuh): every build the model ranks compiles for
-    sm_90 in NN, as dispatch builds it (model.arch_minb at B's 16-byte width, which the model charges
-    it), without spills and at least as many blocks an SM as the 16-byte build (whose constants the
+    sm_90 in NN, as dispatch builds it (model.arch_minb: at least the 16-byte build's minb, as the model
+    ranks it as that build; model.TMA_ROWS_MINB), without spills and at least as many blocks an SM as the 16-byte build (whose constants the
     model ranks it by); its K loop copies B by four TMA boxes a tile and A alone by LDGSTS: the
     16-byte build's copies less B's (bk x bn floats, 16 bytes a copy, over the threads)."""
     F = registry.FAMILY
@@ -599,7 +599,8 @@ def test_tma_row_builds_copy_b_by_tma_without_spills(build):
     threads = registry.family_threads(p)
     ks = {}
     for vec in ((4, 4, 1), (4, access.TMA_ROWS, 1)):
-        q = model.arch_minb(p, "NN", (4, 4, 1), "sm_90")
+        q = model.arch_minb(p, "NN", vec, "sm_90")
+        assert q["minb"] >= model.arch_minb(p, "NN", (4, 4, 1), "sm_90")["minb"]
         ks[vec[1]] = (q, F.compile(q, "NN", arch="sm_90", vec=vec))
     blocks = {w: occupancy(threads, k.resources.registers, registry.family_smem(q) + 64 * (w == access.TMA_ROWS),
                            Limits.for_arch("sm_90")).blocks for w, (q, k) in ks.items()}

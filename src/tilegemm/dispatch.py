@@ -310,12 +310,12 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
                if (q := model.by_rows(params, code)) is not None and code in registry.family_row_classes(q)}
     vec = family_widths(layout, cp_async, ops[0], (0, 4, 0) if tma_rows else ops[1],
                         None if sk == 0 and splits > 1 else (at[D], g.ldd, sd), tuple(by_rows))
-    # the build's parameters: B's rows read by rows (model.BY_ROWS_MINB), or not, at the blocks an SM
-    # the arch's build holds where that was measured (model.ARCH_MINB; a build reading B by TMA as a 16-byte one)
-    q = (by_rows[vec[1]] if isinstance(vec, tuple) and vec[1] in by_rows
-         else model.arch_minb(params, layout, vec, arch))
     if tma_rows:
         vec = (vec, TMA_ROWS, vec) if isinstance(vec, int) else (vec[0], TMA_ROWS, vec[2])
+    # the build's parameters: B's rows read by rows (model.BY_ROWS_MINB), or not, at the blocks an SM
+    # the arch's build holds where that was measured (model.ARCH_MINB; B read by TMA: model.TMA_ROWS_MINB)
+    q = (by_rows[vec[1]] if isinstance(vec, tuple) and vec[1] in by_rows
+         else model.arch_minb(params, layout, vec, arch))
     if q is not params:
         cfg = {k: v for k, v in q.items() if k != "splits"}
     lda, ldb = ops[0][1], ops[1][1]

@@ -219,6 +219,13 @@ ARCH_MINB = {"sm_90": {
 }}
 
 
+# The builds reading B's rows by TMA (access.TMA_ROWS) are ranked as their 16-byte builds, so they are built
+# at the 16-byte build's minb in NN (ARCH_MINB's width 4) and, where ptxas left free gave them fewer blocks an SM
+# than the 16-byte build, at its blocks: 128 x 128w took 131 registers (1 block of 256 threads) against the
+# 16-byte build's 121 (2) (NVRTC 13.0, sm_90; the others hold as many blocks or more: tests/test_compile.py).
+TMA_ROWS_MINB = {"128x128w": 2}
+
+
 def _build_of(params: dict) -> str | None:
     """The build (``build``) of the candidate whose tile config the family config ``params`` (every
     parameter given) is, or None (another config, or a tensor-core one)."""
@@ -246,9 +253,15 @@ def arch_minb(params: dict, layout: str, widths, arch: str | None) -> dict:
     """The parameters with which the family config ``params`` (every parameter given) runs a product
     of ``layout`` at access widths ``widths`` (access.family_widths: one number or (A, B, D)) on
     ``arch``, not reading B's rows by rows (``by_rows``): minb from ARCH_MINB where it names the
-    candidate's build and B's width in NN, else ``params``."""
+    candidate's build and B's width in NN (B read by TMA: the 16-byte width's, or TMA_ROWS_MINB's
+    where larger), else ``params``."""
     b_width = widths[1] if isinstance(widths, tuple) else widths
-    minb = ARCH_MINB.get(arch, {}).get(_build_of(params), {}).get(b_width) if layout == "NN" else None
+    build = _build_of(params)
+    caps = ARCH_MINB.get(arch, {}).get(build, {}) if layout == "NN" else {}
+    if b_width == access.TMA_ROWS:
+        minb = max(caps.get(4, 0), TMA_ROWS_MINB.get(build, 0)) or None
+    else:
+        minb = caps.get(b_width)
     return params if minb is None else {**params, "minb": minb}
 
 

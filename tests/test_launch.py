@@ -38,7 +38,7 @@ def _declared(sig: launch.Signature, folder=KERNEL_DIR) -> list[tuple[str, str]]
     m = re.search(r'extern "C" __global__ void\b.*?\b' + sig.entry + r"\((.*?)\)\s*\{", src, re.S)
     params = m.group(1)
     if "TG_TMA_PARAMS" in params:  # gemm.cu: the maps of B's row classes, in the builds that read B by TMA
-        tma = re.search(r"#if TG_TMA_B\n#define TG_TMA_PARAMS (.*)\n#else\n#define TG_TMA_PARAMS\n#endif", src)
+        tma = re.search(r"#if TG_TMA_B\n#define TG_TMA_PARAMS (.*)\n", src)
         extra = tma.group(1) if sig is launch.GEMM_TMA_ROWS else ""
         params = params.replace("TG_TMA_PARAMS", extra)
     out = _c_params(params)

@@ -483,19 +483,17 @@ __device__ __forceinline__ void share_fixup(const float *first, const float *sec
 // the builds that read B's rows by TMA take the four row classes' tensor maps last (tg_tma_rows.cuh)
 #if TG_TMA_B
 #define TG_TMA_PARAMS , const __grid_constant__ TgTmaRows tB
+#define TG_SMEM_ALIGN 128  // TMA's boxes land on 128-byte boundaries
 #else
 #define TG_TMA_PARAMS
+#define TG_SMEM_ALIGN 16
 #endif
 extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
     int M, int N, int K, const float *__restrict__ A, long long lda, long long sA,
     const float *__restrict__ B, long long ldb, long long sB, const float *C, long long ldc,
     long long sC, float *D, long long ldd, long long sD, float alpha, float beta, int k_split,
     int splits, float *W, int *flags, int epoch, int count, int first TG_TMA_PARAMS) {
-#if TG_TMA_B
-    extern __shared__ __align__(128) float smem[];  // TMA's boxes land on 128-byte boundaries
-#else
-    extern __shared__ __align__(16) float smem[];
-#endif
+    extern __shared__ __align__(TG_SMEM_ALIGN) float smem[];
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");  // PDL: see the header
 #endif

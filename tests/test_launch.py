@@ -41,10 +41,7 @@ def _declared(sig: launch.Signature, folder=KERNEL_DIR) -> list[tuple[str, str]]
         tma = re.search(r"#if TG_TMA_B\n#define TG_TMA_PARAMS (.*)\n", src)
         extra = tma.group(1) if sig is launch.GEMM_TMA_ROWS else ""
         params = params.replace("TG_TMA_PARAMS", extra)
-    out = _c_params(params)
-    if out[-1] == ("tB", "TgTmaRows"):  # four tensor maps in one parameter
-        out[-1:] = [(f"tB{r}", "tmap") for r in range(4)]
-    return out
+    return [(n, "tmaps4" if t == "TgTmaRows" else t) for n, t in _c_params(params)]  # four tensor maps
 
 
 @pytest.mark.parametrize("sig", [launch.GEMM, launch.GEMM_TMA_ROWS, launch.REDUCE, launch.RUNG, launch.WGMMA, launch.PACK],
@@ -206,6 +203,16 @@ def test_splits_are_clamped_to_the_depth(stubs):
     p = plan(op("a", (64, 8), ptr=PA), op("b", (8, 64), ptr=PB), op("out", (64, 64), ptr=PD))
     _, launches = run(p, {**BIG, "splits": 16}, stubs)
     assert args(launch.GEMM, launches[0][1])["splits"] == 2  # at most ceil(K / 4)
+
+
+def test_no_split_is_left_empty(stubs):
+    # K = 17 in 4 splits: ceil(17 / 4) = 5, rounded up to 8 a split, which 3 splits cover; a fourth would
+    # start past K (and its first, partial tile would read rows past B's end)
+    p = plan(op("a", (64, 17), ptr=PA), op("b", (17, 64), ptr=PB), op("out", (64, 64), ptr=PD))
+    _, launches = run(p, {**BIG, "splits": 4}, stubs)
+    (grid, a), (_, r) = launches
+    g = args(launch.GEMM, a)
+    assert (g["splits"], g["k_split"], grid[2]) == (3, 8, 3) and args(launch.REDUCE, r)["splits"] == 3
 
 
 def test_stream_k_takes_the_resident_grid_and_its_flags(stubs):
@@ -527,7 +534,7 @@ def test_b_rows_not_aligned_are_read_by_tma_on_hopper(stubs, tma_rows, extra, sp
     for a in kernel:  # every launch (split-K summed launches whole tiles a few at a time)
         g = args(launch.GEMM_TMA_ROWS, a)
         assert (g["B"], g["ldb"], g["A"]) == (PB, N, PA)
-        assert [g[f"tB{r}"] for r in range(4)] == [bytes([r + 1]) * 128 for r in range(4)]
+        assert g["tB"] == b"".join(bytes([r + 1]) * 128 for r in range(4))
     assert stubs.built[-1][2] == (4, access.TMA_ROWS, 4 if splits > 1 and not extra else 1)
     assert set(tma_rows) == {(r, PB, K, N, N, BIG["bk"] // 4, BIG["bn"]) for r in range(4)}
     if not extra:  # split-K's planes alone (rows of 1004 floats), no room for a copy of B
@@ -595,3 +602,32 @@ def test_row_class_maps_describe_rows_k_mod_4(ptr, ld):
                 assert base + 16 * ld * i + 4 * (shift + n) == ptr + 4 * ((4 * i + r) * ld + n)
     # a class with no row (K < 4) keeps one, never read
     assert tma.row_class_geometry(ptr, 3, 2, N, ld)[3] == 1
+
+
+def test_configs_b_by_tma_cannot_take_read_it_as_before(stubs, tma_rows):
+    # access.tma_rows_config: boxes of at most 256 columns, whole rows of each class a k slice, every
+    # stage's boxes 128-byte aligned; the model's tiles all qualify
+    assert all(access.tma_rows_config(registry.FAMILY.params(t)) for t in model.TILES.values())
+    wide = {"bm": 32, "bn": 512, "bk": 32, "tm": 4, "tn": 16, "ln": 4, "minb": 0, "swizzle": 8, "stages": 2}
+    shallow = {**BIG, "bk": 4}
+    for cfg in (wide, shallow, {**BIG, "stages": 0}):
+        assert not access.tma_rows_config(registry.FAMILY.params(cfg))
+        p = plan(op("a", (4096, 1000), ptr=PA), op("b", (1000, 1001), ptr=PB), op("out", (4096, 1001), ptr=PD))
+        prog = dispatch.build(p, 0, (PA, PB, 0, PD), lambda key, precision: {**cfg, "splits": 1})
+        assert not any(st.maps for st in prog.steps) and not tma_rows
+
+
+def test_four_maps_are_one_parameter_of_512_bytes():
+    from tilegemm import runtime
+
+    fmt, offsets = runtime._layout(launch.GEMM_TMA_ROWS.types)
+    assert offsets[-1] % 64 == 0 and offsets[-1] >= offsets[-2] + 4
+    import struct
+    assert struct.calcsize(fmt) == offsets[-1] + 512
+
+
+def test_a_box_wider_than_tma_takes_raises():
+    from tilegemm import tma
+
+    with pytest.raises(ValueError, match="1 to 256"):
+        tma.row_class_encoders(100, 1001, 1001, 2, 512)

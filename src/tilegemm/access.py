@@ -176,12 +176,22 @@ def _major(arch: str | None) -> int:
     return int(arch[3:].rstrip("af")) // 10 if arch else 0
 
 
+def tma_rows_config(p: dict) -> bool:
+    """Whether gemm.cu can read B's rows by TMA with the family parameters ``p`` (every one given; the
+    kernel's static_asserts repeat this): a cp.async pipeline of FFMAs, boxes of at most 256 columns (TMA's
+    limit) whose rows are 128-byte multiples, whole rows of each class k mod 4 in every k slice's share of
+    a tile, and the A tile before each stage's B tile a 128-byte multiple (every stage's boxes 128-byte
+    aligned).  The others read such rows as before (copied, by rows or narrow)."""
+    return (p["stages"] >= 2 and not p.get("mma", 0) and p["bn"] <= 256 and (4 * p["bn"]) % 128 == 0
+            and (p["bk"] // p.get("ks", 1)) % 4 == 0 and (4 * p["bk"] * (p["bm"] + 4)) % 128 == 0)
+
+
 def family_tma_rows(layout: str, copies: bool, b_width: int, M: int, N: int, K: int, count: int,
                     arch: str | None) -> bool:
-    """Whether the family reads B's rows by TMA (TMA_ROWS): while TMA_ROWS_ON, a cp.async FFMA config
-    (``copies``), B as stored (layout "xN"), its rows not 16-byte aligned (``b_width``: its access width,
-    4, 2 or 1), one product per launch of at least TMA_ROWS_MIN_MACS multiply-adds, on ``arch`` sm_90
-    or later (None: unknown, no)."""
+    """Whether the family reads B's rows by TMA (TMA_ROWS): while TMA_ROWS_ON, a config that can
+    (``copies``: tma_rows_config; the model's tiles all can), B as stored (layout "xN"), its rows not
+    16-byte aligned (``b_width``: its access width, 4, 2 or 1), one product per launch of at least
+    TMA_ROWS_MIN_MACS multiply-adds, on ``arch`` sm_90 or later (None: unknown, no)."""
     return bool(TMA_ROWS_ON and copies and layout[1] == "N" and b_width != 4 and count == 1
                 and M * N * K >= TMA_ROWS_MIN_MACS and _major(arch) >= 9)
 

@@ -22,7 +22,8 @@ from .arrays import UNKNOWN, Operand, describe
 from .launch import (GEMM, GEMM_TMA_ROWS, RUNG, WGMMA, A, B, C, D, W, Program, Step, launcher, wgmma_launcher,
                      wgmma_tf32_launcher)
 from .access import (ROW_CLASSES, TMA_ROWS, aligned_cols, copy_floats, family_copies, family_layout,
-                     family_tma_rows, family_widths, stored_views, vector_width)
+                     family_tma_rows, family_widths, stored_views, tma_rows_config,
+                     vector_width)
 from .plan import GRID_Z, Plan, plan
 from .steps import pack_step, reduce_step, tf32_step, tma_step, transpose_step
 
@@ -285,6 +286,8 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
     # allows ceil(K / 4) of them; a config (named by the call, or chosen for a bucket of shapes) that
     # asks for more runs with that many, so that one config serves any K
     splits = 1 if sk == 1 else max(1, min(int(config.get("splits", 1)), -(-g.K // 4)))
+    k_split = -(-(-(-g.K // splits)) // 4) * 4  # splits start at multiples of 4 (16-byte aligned loads)
+    splits = -(-g.K // k_split) if g.K else splits  # none left empty by the rounding (K = 17 in 4: 3 of 8)
     params = registry.FAMILY.params(cfg)
     cp_async = params["stages"] >= 2
     ops = [(at[A], g.lda, sa), (at[B], g.ldb, sb)]
@@ -297,7 +300,7 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
     widths = [vector_width(o, pairs=True) for o in ops]
     arch = gpu.device_properties(device).arch
     # B's rows not 16-byte aligned, read whole by TMA on Hopper (access.family_tma_rows): no copy of B
-    tma_rows = family_tma_rows(layout, cp_async and not params["mma"], widths[1], g.M, g.N, g.K, g.count, arch)
+    tma_rows = family_tma_rows(layout, tma_rows_config(params), widths[1], g.M, g.N, g.K, g.count, arch)
     copied = family_copies(layout, cp_async, widths, g.M, g.N, g.K, g.count)
     if tma_rows:
         copied = (copied[0], False)
@@ -325,7 +328,6 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
     units = tiles * (g.count if sk else 1) * (splits if sk == 2 else 1)  # blocks one grid indexes
     if units > 2**31 - 1:
         raise ValueError(f"{g.count} x {g.M} x {g.N} has too many {bm} x {bn} tiles for one grid")
-    k_split = -(-(-(-g.K // splits)) // 4) * 4  # splits start at multiples of 4 (16-byte aligned loads)
     base = dict(M=g.M, N=g.N, K=g.K, A=0, lda=lda, sA=sa, B=0, ldb=ldb, sB=sb, C=0, ldc=g.ldc, sC=sc,
                 D=0, ldd=g.ldd, sD=sd, alpha=p.alpha, beta=beta, k_split=k_split, splits=splits, W=0, flags=0,
                 epoch=0, count=g.count, first=0)
@@ -363,9 +365,9 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
     if tma_rows:  # the four row classes' tensor maps of B, encoded per pointer (tma.py)
         from .tma import row_class_encoders
 
-        maps = tuple((GEMM_TMA_ROWS.slot(f"tB{r}"), wb, ob, 0, enc)
-                     for r, enc in enumerate(row_class_encoders(g.K, g.N, ldb, fn.params["bk"] // 4, bn)))
-        base.update({f"tB{r}": bytes(128) for r in range(4)})
+        encoders = row_class_encoders(g.K, g.N, ldb, fn.params["bk"] // 4, bn)
+        maps = ((GEMM_TMA_ROWS.slot("tB"), wb, ob, 0, lambda ptr: b"".join(e(ptr) for e in encoders)),)
+        base["tB"] = bytes(512)
     sig = GEMM_TMA_ROWS if tma_rows else GEMM
     if sk:
         for n, first in blocks:

@@ -25,7 +25,7 @@ from .access import TMA_ROWS, WIDE_LD_MIN, needs_wide_offsets
 @dataclass(frozen=True)
 class Signature:
     """A kernel entry's parameters, in order: (name, C type), the type one of "int", "long long",
-    "float", "ptr", "tmap" (a TMA tensor map, passed as its 128 bytes)."""
+    "float", "ptr", "tmap" (a TMA tensor map, passed as its 128 bytes), "tmaps4" (four, 512 bytes)."""
 
     entry: str
     file: str  # the file that declares the entry, checked by tests/test_launch.py
@@ -52,7 +52,7 @@ class Signature:
         extra = [k for k in kw if k not in self._index]
         if missing or extra:
             raise TypeError(f"{self.entry}: missing arguments {missing}, unknown {extra}")
-        return [float(kw[n]) if t == "float" else kw[n] if t == "tmap" else int(kw[n]) for n, t in self.fields]
+        return [float(kw[n]) if t == "float" else kw[n] if t.startswith("tmap") else int(kw[n]) for n, t in self.fields]
 
 
 # gemm.cu's tilegemm_gemm (the family)
@@ -61,8 +61,7 @@ GEMM = Signature.of("tilegemm_gemm", "gemm.cu", (
     "ldc long long, sC long long, D ptr, ldd long long, sD long long, alpha float, beta float, k_split int, "
     "splits int, W ptr, flags ptr, epoch int, count int, first int"))
 # the family's builds that read B's rows by TMA (access.TMA_ROWS): the same, then the four row classes' maps
-GEMM_TMA_ROWS = Signature("tilegemm_gemm", "gemm.cu",
-                          GEMM.fields + tuple((f"tB{r}", "tmap") for r in range(4)))
+GEMM_TMA_ROWS = Signature("tilegemm_gemm", "gemm.cu", GEMM.fields + (("tB", "tmaps4"),))
 # splitk_reduce.cu's tilegemm_splitk_reduce: D = alpha * (the sum of W's splits) + beta * C
 REDUCE = Signature.of("tilegemm_splitk_reduce", "splitk_reduce.cu", (
     "M int, N int, batches int, splits int, W ptr, ldw long long, C ptr, ldc long long, sC long long, D ptr, "

@@ -51,8 +51,10 @@ def row_class_geometry(ptr: int, r: int, rows: int, cols: int, ld: int) -> tuple
 
 def row_class_encoders(rows: int, cols: int, ld: int, box_rows: int, box_cols: int) -> list:
     """For gemm.cu's B read by TMA by k mod 4 (tg_tma_rows.cuh): four ``encode(ptr) -> bytes``, one
-    per class r, the tensor map of ``row_class_geometry`` copied in boxes of box_rows x box_cols;
-    elements outside read as zeros."""
+    per class r, the tensor map of ``row_class_geometry`` copied in boxes of box_rows x box_cols (at
+    most 256 each: TMA's limit, which access.tma_rows_config keeps); elements outside read as zeros."""
+    if not (1 <= box_rows <= 256 and 1 <= box_cols <= 256):
+        raise ValueError(f"a TMA box has 1 to 256 rows and columns, not {box_rows} x {box_cols}")
 
     def one(r: int):
         @functools.lru_cache(maxsize=32)
@@ -60,11 +62,11 @@ def row_class_encoders(rows: int, cols: int, ld: int, box_rows: int, box_cols: i
             from cuda.bindings import driver as drv
 
             u64, u32 = drv.cuuint64_t, drv.cuuint32_t
-            box, unit = [u32(min(box_cols, 256)), u32(min(box_rows, 256))], [u32(1), u32(1)]
+            box, unit = [u32(box_cols), u32(box_rows)], [u32(1), u32(1)]
             base, _, n_cols, n_rows = row_class_geometry(ptr, r, rows, cols, ld)
             err, tmap = drv.cuTensorMapEncodeTiled(
                 drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, base,
-                [u64(n_cols), u64(n_rows)], [u64(16 * ld if n_rows > 1 else -(-n_cols // 4) * 16)], box, unit,
+                [u64(n_cols), u64(n_rows)], [u64(16 * ld)], box, unit,
                 drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
                 drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
                 drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,

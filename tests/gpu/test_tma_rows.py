@@ -86,3 +86,23 @@ def test_b_by_tma_in_a_captured_graph(cp, tma_rows):
         stream.synchronize()
         ref = np.matmul(cp.asnumpy(a).astype(np.float64), cp.asnumpy(b).astype(np.float64))
         assert np.linalg.norm(cp.asnumpy(out) - ref) / np.linalg.norm(ref) < TOL
+
+
+@pytest.mark.parametrize("cfg,K,row", [
+    ({**model.TILES["128x128"], "splits": 4}, 1004, 250),          # split 1 starts at 252: its first tile at 244
+    ({**model.TILES["128x128"], "splits": 4, "sk": 2}, 1004, 250),  # the same, summed in the kernel
+    ({**model.TILES["128x128"], "splits": 1, "sk": 1}, 1004, 997),  # a tile's last segment starts at 1000: at 996
+])
+def test_an_inf_before_a_split_stays_inf(cp, tma_rows, cfg, K, row):
+    """A split or stream-K segment whose K is no multiple of bk starts its first tile before its first
+    row; TMA reads those rows of B as they are (another split's), A's copies zero theirs: B's are zeroed
+    too, so an Inf there gives Inf, as in every other build, not 0 x Inf = NaN."""
+    rng = np.random.default_rng()
+    M, N = 100, 129
+    a = cp.asarray(np.abs(rng.standard_normal((M, K), dtype=np.float32)) + 0.5)
+    b = cp.asarray(rng.standard_normal((K, N), dtype=np.float32))
+    b[row, :] = np.inf
+    out = tilegemm.matmul(a, b, config=cfg)
+    (entry,) = fastpath.entries()
+    assert any(st.maps for st in entry.program.steps)
+    assert bool(cp.isposinf(out).all()), int(cp.isnan(out).sum())

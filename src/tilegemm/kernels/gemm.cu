@@ -135,8 +135,10 @@ static_assert(MMA == 0 || (TM == 8 && TN == 8 && BM % 64 == 0 && BN % 32 == 0 &&
 static_assert(KS == 1 || (KS >= 2 && KS <= 4 && BK % (2 * KS) == 0 && NTS % 32 == 0 && STAGES >= 2 && MMA == 0 && SK == 0),
               "KS > 1: BK an even multiple of KS (a tile's next first row lands in fragment buffer 0), whole warps a "
               "slice, a cp.async pipeline, FFMAs, one block per tile");
-static_assert(!TG_TMA_B || (STAGES >= 2 && MMA == 0 && (BN * 4) % 128 == 0 && BM % 4 == 0 && BKS % 4 == 0),
-              "B's rows by TMA: a cp.async pipeline of FFMAs, boxes 128-byte aligned, whole rows of each class a slice");
+static_assert(!TG_TMA_B || (STAGES >= 2 && MMA == 0 && BN <= 256 && (BN * 4) % 128 == 0 && BKS % 4 == 0 &&
+                            (4 * BK * LDA_S) % 128 == 0),
+              "B's rows by TMA (access.tma_rows_config): a cp.async pipeline of FFMAs, boxes of at most 256 "
+              "columns 128-byte aligned in every stage, whole rows of each class a slice");
 static_assert(SK >= 0 && SK <= 2, "SK is 0 (a block per tile), 1 (stream-K) or 2 (split-K summed in the kernel)");
 
 #if MINB > 0
@@ -316,6 +318,10 @@ __device__ __forceinline__ void k_loop_async(float (*acc)[TN], float *smem, cons
     __syncthreads();
 #if TG_TMA_B
     tg_tma_rows_wait(tma, 0);
+    if (K - T * BK < 0 && tma.k0 > 0) {  // the first tile's rows before the loop's: an earlier range's (block-uniform)
+        tg_tma_rows_zero<BK, BN, NT>(smem + SA, T * BK - K, tid);
+        __syncthreads();
+    }
     int rs = 0, ws = STAGES - 1;  // stage numbers of ro and wo below
 #endif
     float a[2][TM], b[2][TN];

@@ -87,6 +87,16 @@ __device__ __forceinline__ void tg_tma_rows_copy(TgTmaB &t, unsigned dst, int st
     for (int j = 0; j < 4; ++j) t.row[j] += BK_ / 4;
 }
 
+// Zero the first `rows` rows of a landed tile (at `tile`, BK_ x BN_ as TMA lays it out), every thread a
+// share: a loop's first tile starts before its first row where its K is no multiple of BK_, and where
+// those rows are B's (a split or stream-K segment after the first) TMA reads them as they are.  A's
+// copies zero-fill theirs, so they add nothing, but for 0 x Inf = NaN: zeroed, as cp.async zero-fills.
+template <int BK_, int BN_, int NT_>
+__device__ __forceinline__ void tg_tma_rows_zero(float *tile, int rows, int tid) {
+    for (int kk = 0; kk < rows; ++kk)
+        for (int c = tid; c < BN_; c += NT_) tile[TG_TMA_ROW(kk, BK_) * BN_ + c] = 0.0f;
+}
+
 // Wait until stage `stage`'s tile has landed (every thread, before reading it).
 __device__ __forceinline__ void tg_tma_rows_wait(TgTmaB &t, int stage) {
     tg_mbar_wait(t.bars + 8 * stage, (t.phase >> stage) & 1);

@@ -502,22 +502,20 @@ def test_the_memo_redoes_the_overlap_test_exactly(monkeypatch):
 @pytest.fixture
 def tma_rows(monkeypatch):
     """B's rows by TMA switched on (access.TMA_ROWS_ON), the maps' encoding stubbed: each map is 128
-    bytes naming its class, and every encoding is logged (class, pointer, then row_class_encoders'
+    bytes naming its class, and every encoding is logged (class, pointer, then row_class_encoder's
     arguments)."""
     from tilegemm import tma
 
     monkeypatch.setattr(access, "TMA_ROWS_ON", True)
     encoded = []
 
-    def encoders(rows, cols, ld, box_rows, box_cols):
-        def one(r):
-            def encode(ptr):
-                encoded.append((r, ptr, rows, cols, ld, box_rows, box_cols))
-                return bytes([r + 1]) * 128
-            return encode
-        return [one(r) for r in range(4)]
+    def encoder(rows, cols, ld, box_rows, box_cols):
+        def encode(ptr):
+            encoded.extend((r, ptr, rows, cols, ld, box_rows, box_cols) for r in range(4))
+            return b"".join(bytes([r + 1]) * 128 for r in range(4))
+        return encode
 
-    monkeypatch.setattr(tma, "row_class_encoders", encoders)
+    monkeypatch.setattr(tma, "row_class_encoder", encoder)
     return encoded
 
 
@@ -630,4 +628,4 @@ def test_a_box_wider_than_tma_takes_raises():
     from tilegemm import tma
 
     with pytest.raises(ValueError, match="1 to 256"):
-        tma.row_class_encoders(100, 1001, 1001, 2, 512)
+        tma.row_class_encoder(100, 1001, 1001, 2, 512)

@@ -301,9 +301,9 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
     arch = gpu.device_properties(device).arch
     # B's rows not 16-byte aligned, read whole by TMA on Hopper (access.family_tma_rows): no copy of B
     tma_rows = family_tma_rows(layout, tma_rows_config(params), widths[1], g.M, g.N, g.K, g.count, arch)
-    copied = family_copies(layout, cp_async, widths, g.M, g.N, g.K, g.count)
     if tma_rows:
-        copied = (copied[0], False)
+        widths[1] = 4  # read as aligned rows: not copied (as access.row_widths takes it)
+    copied = family_copies(layout, cp_async, widths, g.M, g.N, g.K, g.count)
     views = stored_views(layout, g.M, g.N, g.K)
     for i in (0, 1):
         if copied[i]:
@@ -363,10 +363,9 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
     (wa, oa), (wb, ob) = src
     maps = ()
     if tma_rows:  # the four row classes' tensor maps of B, encoded per pointer (tma.py)
-        from .tma import row_class_encoders
+        from .tma import row_class_encoder
 
-        encoders = row_class_encoders(g.K, g.N, ldb, fn.params["bk"] // 4, bn)
-        maps = ((GEMM_TMA_ROWS.slot("tB"), wb, ob, 0, lambda ptr: b"".join(e(ptr) for e in encoders)),)
+        maps = ((GEMM_TMA_ROWS.slot("tB"), wb, ob, 0, row_class_encoder(g.K, g.N, ldb, fn.params["bk"] // 4, bn)),)
         base["tB"] = bytes(512)
     sig = GEMM_TMA_ROWS if tma_rows else GEMM
     if sk:

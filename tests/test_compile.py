@@ -473,14 +473,11 @@ def test_per_operand_widths_build_what_each_operand_allows():
     assert F.defines(p, "NN", (4, 3, 4))["TG_VEC_B"] == 3  # rows of odd length (access.ODD_ROWS)
     assert F.defines(p, "NN", (4, 6, 4))["TG_VEC_B"] == 6  # rows of twice an odd length (access.ODD_PAIRS)
     assert F.defines(p, "TN", (6, 4, 4))["TG_VEC_A"] == 6 and F.defines(p, "TN", (3, 4, 4))["TG_VEC_A"] == 3
-    assert F.defines(p, "NN", (4, 5, 1))["TG_VEC_B"] == 5  # B's rows by TMA (access.TMA_ROWS), as stored only
-    for bad in ((4, 4, 3), (3, 3, 3), (4, 4, 6), (6, 6, 6), (5, 4, 4), (4, 4, 5), (4, 4), 8):
+    for bad in ((4, 4, 3), (3, 3, 3), (4, 4, 6), (6, 6, 6), (4, 5, 4), (4, 4), 8):
         with pytest.raises(ValueError, match="vec must be"):
             F.defines(p, "NN", bad)
-    with pytest.raises(ValueError, match="vec must be"):
-        F.defines(p, "NT", (4, 5, 4))
-    rung = registry.get("08_hopper")  # the rungs' copies take no rows by rows, nor B by TMA
-    for by_rows in ((4, 3, 4), (4, 6, 4), (4, 5, 4)):
+    rung = registry.get("08_hopper")  # the rungs' copies take no rows by rows
+    for by_rows in ((4, 3, 4), (4, 6, 4)):
         with pytest.raises(ValueError, match="vec must be"):
             rung.defines(rung.params(), "NN", by_rows)
     # B 4 bytes wide, D 16: the K loop copies B with LDGSTS.32 only, the epilogue stores float4s
@@ -579,38 +576,3 @@ def test_by_rows_builds_copy_fewer_times_at_the_same_occupancy(code, build):
         assert k.resources.spills == 0 and "LDGSTS.64" in sass.inspect(sass.disassemble(k.cubin)).mix
     else:
         assert code != access.ODD_ROWS  # every build takes A's rows of odd length
-
-
-# every build the cost model ranks: (tile, "", "stream-K" or "summed")
-MODEL_BUILDS = sorted({model.build(name) for name, _ in model.candidates(2000, 2000, 20000, sms=132)}
-                      | {model.build(name) for name, _ in model.candidates(200, 200, 200, sms=132)})
-
-
-@pytest.mark.parametrize("build", MODEL_BUILDS)
-def test_tma_row_builds_copy_b_by_tma_without_spills(build):
-    """B's rows by TMA (access.TMA_ROWS, tg_tma_rows.cuh): every build the model ranks compiles for
-    sm_90 in NN, as dispatch builds it (model.arch_minb: at least the 16-byte build's minb, as the model
-    ranks it as that build; model.TMA_ROWS_MINB), without spills and at least as many blocks an SM as the 16-byte build (whose constants the
-    model ranks it by); its K loop copies B by four TMA boxes a tile and A alone by LDGSTS: the
-    16-byte build's copies less B's (bk x bn floats, 16 bytes a copy, over the threads)."""
-    F = registry.FAMILY
-    tile, kind = build.split()[0], build.split()[1] if " " in build else ""
-    p = F.params({**model.TILES[tile], "sk": {"": 0, "stream-K": 1, "summed": 2}[kind]})
-    threads = registry.family_threads(p)
-    ks = {}
-    for vec in ((4, 4, 1), (4, access.TMA_ROWS, 1)):
-        q = model.arch_minb(p, "NN", vec, "sm_90")
-        assert q["minb"] >= model.arch_minb(p, "NN", (4, 4, 1), "sm_90")["minb"]
-        ks[vec[1]] = (q, F.compile(q, "NN", arch="sm_90", vec=vec))
-    blocks = {w: occupancy(threads, k.resources.registers, registry.family_smem(q) + 64 * (w == access.TMA_ROWS),
-                           Limits.for_arch("sm_90")).blocks for w, (q, k) in ks.items()}
-    tma = ks[access.TMA_ROWS][1]
-    assert tma.resources.spills == 0 and blocks[access.TMA_ROWS] >= blocks[4], (blocks, tma.resources.registers)
-    loops = {}
-    for w, (_, k) in ks.items():
-        instrs, labels = sass.parse(sass.disassemble(k.cubin))
-        loops[w] = collections.Counter(i.op for i in sass.main_loop(instrs, labels))
-    copies = {w: sum(n for op, n in m.items() if op.startswith("LDGSTS")) for w, m in loops.items()}
-    assert loops[access.TMA_ROWS]["UTMALDG.2D"] == 4 and not any(op.startswith("UTMALDG") for op in loops[4])
-    assert copies[4] - copies[access.TMA_ROWS] == p["bk"] * p["bn"] // 4 // threads, copies
-    assert all(".64" not in op and ".128" not in op for op in loops[access.TMA_ROWS] if op.startswith("LDGSTS"))

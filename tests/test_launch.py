@@ -36,16 +36,10 @@ def _declared(sig: launch.Signature, folder=KERNEL_DIR) -> list[tuple[str, str]]
         m = re.search(r"#define TG_GEMM_PARAMS((?:.*\\\n)*.*)", src)
         return _c_params(m.group(1).replace("\\\n", " "))
     m = re.search(r'extern "C" __global__ void\b.*?\b' + sig.entry + r"\((.*?)\)\s*\{", src, re.S)
-    params = m.group(1)
-    if "TG_TMA_PARAMS" in params:  # gemm.cu: the maps of B's row classes, in the builds that read B by TMA
-        tma = re.search(r"#if TG_TMA_B\n#define TG_TMA_PARAMS (.*)\n", src)
-        extra = tma.group(1) if sig is launch.GEMM_TMA_ROWS else ""
-        params = params.replace("TG_TMA_PARAMS", extra)
-    return [(n, "tmaps4" if t == "TgTmaRows" else t) for n, t in _c_params(params)]  # four tensor maps
+    return _c_params(m.group(1))
 
 
-@pytest.mark.parametrize("sig", [launch.GEMM, launch.GEMM_TMA_ROWS, launch.REDUCE, launch.RUNG, launch.WGMMA, launch.PACK],
-                         ids=lambda s: s.entry + ("_tma_rows" if s is launch.GEMM_TMA_ROWS else ""))
+@pytest.mark.parametrize("sig", [launch.GEMM, launch.REDUCE, launch.RUNG, launch.WGMMA, launch.PACK], ids=lambda s: s.entry)
 def test_signatures_match_the_kernels(sig):
     assert _declared(sig) == list(sig.fields)
 
@@ -207,7 +201,7 @@ def test_splits_are_clamped_to_the_depth(stubs):
 
 def test_no_split_is_left_empty(stubs):
     # K = 17 in 4 splits: ceil(17 / 4) = 5, rounded up to 8 a split, which 3 splits cover; a fourth would
-    # start past K (and its first, partial tile would read rows past B's end)
+    # start past K and only add zeros
     p = plan(op("a", (64, 17), ptr=PA), op("b", (17, 64), ptr=PB), op("out", (64, 64), ptr=PD))
     _, launches = run(p, {**BIG, "splits": 4}, stubs)
     (grid, a), (_, r) = launches
@@ -497,135 +491,3 @@ def test_the_memo_redoes_the_overlap_test_exactly(monkeypatch):
     with pytest.raises(ValueError, match="out overlaps a in memory"):
         plan(_op("a", a5), _op("b", b5), _op("out", shifted))
     fastpath.clear()
-
-
-@pytest.fixture
-def tma_rows(monkeypatch):
-    """B's rows by TMA switched on (access.TMA_ROWS_ON), the maps' encoding stubbed: each map is 128
-    bytes naming its class, and every encoding is logged (class, pointer, then row_class_encoder's
-    arguments)."""
-    from tilegemm import tma
-
-    monkeypatch.setattr(access, "TMA_ROWS_ON", True)
-    encoded = []
-
-    def encoder(rows, cols, ld, box_rows, box_cols):
-        def encode(ptr):
-            encoded.extend((r, ptr, rows, cols, ld, box_rows, box_cols) for r in range(4))
-            return b"".join(bytes([r + 1]) * 128 for r in range(4))
-        return encode
-
-    monkeypatch.setattr(tma, "row_class_encoder", encoder)
-    return encoded
-
-
-@pytest.mark.parametrize("extra,splits", [({}, 1), ({"sk": 1}, 1), ({"sk": 2}, 4), ({}, 2)])
-def test_b_rows_not_aligned_are_read_by_tma_on_hopper(stubs, tma_rows, extra, splits):
-    # NN, B's rows of 1001 floats (4 bytes off every other row), 4096 rows of A: B would be copied
-    # into aligned rows (access.family_copies); by TMA it is read as stored, no copy, the build takes
-    # B's code TMA_ROWS and the four row classes' maps, encoded from B's pointer for each run
-    M, N, K = 4096, 1001, 1000
-    p = plan(op("a", (M, K), ptr=PA), op("b", (K, N), ptr=PB), op("out", (M, N), ptr=PD))
-    prog, launches = run(p, {**BIG, "splits": splits, **extra}, stubs)
-    kernel = [a for _, a in launches if len(a) == len(launch.GEMM_TMA_ROWS.fields)]
-    assert kernel and len(launches) == len(kernel) + (splits > 1 and not extra)  # and the reduction
-    for a in kernel:  # every launch (split-K summed launches whole tiles a few at a time)
-        g = args(launch.GEMM_TMA_ROWS, a)
-        assert (g["B"], g["ldb"], g["A"]) == (PB, N, PA)
-        assert g["tB"] == b"".join(bytes([r + 1]) * 128 for r in range(4))
-    assert stubs.built[-1][2] == (4, access.TMA_ROWS, 4 if splits > 1 and not extra else 1)
-    assert set(tma_rows) == {(r, PB, K, N, N, BIG["bk"] // 4, BIG["bn"]) for r in range(4)}
-    if not extra:  # split-K's planes alone (rows of 1004 floats), no room for a copy of B
-        assert prog.work_floats == (0 if splits == 1 else splits * M * 1004)
-    assert not any(len(a) == len(launch.PACK.fields) for _, a in launches)  # no copy of B
-
-
-@pytest.mark.parametrize("case", [
-    ("sm_80", "NN", 4096, 1001, 1000, 1, {}),                # TMA is Hopper's
-    ("sm_90", "NN", 4096, 1004, 1000, 1, {}),                # rows 16-byte aligned already
-    ("sm_90", "NN", 1000, 1001, 1000, 1, {}),                # fewer than TMA_ROWS_MIN_MACS multiply-adds
-    ("sm_90", "NT", 4096, 1001, 1000, 1, {}),                # B a transposed view: its tiles go across rows
-    ("sm_90", "NN", 4096, 1001, 1000, 2, {}),                # a batch: the maps describe one B
-    ("sm_90", "NN", 4096, 1001, 1000, 1, {"stages": 0}),     # the register pipeline
-    ("sm_90", "NN", 4096, 1001, 1000, 1, {"mma": 3}),        # the tensor-core configs copy B as before
-])
-def test_b_rows_by_tma_only_where_they_apply(stubs, tma_rows, monkeypatch, case):
-    arch, layout, M, N, K, batch, extra = case
-    monkeypatch.setattr(dispatch.gpu, "device_properties", lambda device=0: SimpleNamespace(arch=arch))
-    lead = (batch,) if batch > 1 else ()
-    b = (Operand("b", "cupy", None, (K, N), (1, K + 1), F32, 0, PB) if layout[1] == "T"
-         else op("b", lead + (K, N), ptr=PB))
-    cfg = {**BIG, "splits": 1, **{k: v for k, v in extra.items() if k != "mma"}}
-    if extra.get("mma"):  # a config named: the mma.sync family (not the Hopper path)
-        cfg = {"bm": 128, "bn": 128, "bk": 8, "tm": 8, "tn": 8, "ln": 8, "minb": 1, "swizzle": 8, "stages": 3,
-               "splits": 1}
-    p = plan(op("a", lead + (M, K), ptr=PA), b, op("out", lead + (M, N), ptr=PD),
-             config=cfg if extra.get("mma") else None, precision="tf32x3" if extra.get("mma") else "fp32")
-    prog = dispatch.build(p, 0, (PA, PB, 0, PD), lambda key, precision: cfg)
-    assert not any(st.maps for st in prog.steps) and not tma_rows
-    assert all(len(st.args) != len(launch.GEMM_TMA_ROWS.fields) for st in prog.steps)
-
-
-def test_the_model_charges_b_read_by_tma_as_aligned_rows(monkeypatch):
-    # the widths the model ranks a shape at (access.row_widths) follow dispatch: B's rows read by TMA
-    # are charged as 16-byte ones on sm_90 (and not copied), as before elsewhere and while TMA is off
-    shape = ("NN", 1024, 1001, 4096)
-    assert access.row_widths(*shape, arch="sm_90") == (4, 4)  # copied into aligned rows (M >= 1024)
-    narrow = ("NN", 600, 1001, 4096)
-    assert access.row_widths(*narrow, arch="sm_90") == (4, 1)
-    monkeypatch.setattr(access, "TMA_ROWS_ON", True)
-    assert access.row_widths(*narrow, arch="sm_90") == (4, 4)
-    assert access.row_widths(*narrow, arch="sm_80") == access.row_widths(*narrow) == (4, 1)
-    assert access.row_widths("NN", 600, 1001, 1000, arch="sm_90") == (4, 1)  # below TMA_ROWS_MIN_MACS
-    assert access.family_tma_rows("NN", True, 1, 600, 1001, 4096, 1, "sm_90a")
-    assert not access.family_tma_rows("NN", True, 1, 600, 1001, 4096, 1, None)
-    assert access.family_tma_rows("NN", True, 2, 600, 1001, 4096, 1, "sm_100")
-
-
-@pytest.mark.parametrize("ptr", [0x7f0000000000, 0x7f0000000004, 0x7f000000000c])
-@pytest.mark.parametrize("ld", [1001, 1002, 1003, 1005, 1])
-def test_row_class_maps_describe_rows_k_mod_4(ptr, ld):
-    """tma.row_class_geometry: class r's tensor starts 16-byte aligned at or before row r's first
-    element, shifted right by the floats between, and its row i, column n is B's element (4 i + r, n)
-    (rows 4 ld floats apart, a multiple of 16 bytes); its rows are B's rows of that class."""
-    from tilegemm import tma
-
-    K, N = 11, max(1, ld - 2)
-    for r in range(4):
-        base, shift, cols, rows = tma.row_class_geometry(ptr, r, K, N, ld)
-        assert base % 16 == 0 and 0 <= shift <= 3 and cols == N + shift
-        assert rows == len(range(r, K, 4))
-        for i in range(rows):
-            for n in (0, N - 1):
-                assert base + 16 * ld * i + 4 * (shift + n) == ptr + 4 * ((4 * i + r) * ld + n)
-    # a class with no row (K < 4) keeps one, never read
-    assert tma.row_class_geometry(ptr, 3, 2, N, ld)[3] == 1
-
-
-def test_configs_b_by_tma_cannot_take_read_it_as_before(stubs, tma_rows):
-    # access.tma_rows_config: boxes of at most 256 columns, whole rows of each class a k slice, every
-    # stage's boxes 128-byte aligned; the model's tiles all qualify
-    assert all(access.tma_rows_config(registry.FAMILY.params(t)) for t in model.TILES.values())
-    wide = {"bm": 32, "bn": 512, "bk": 32, "tm": 4, "tn": 16, "ln": 4, "minb": 0, "swizzle": 8, "stages": 2}
-    shallow = {**BIG, "bk": 4}
-    for cfg in (wide, shallow, {**BIG, "stages": 0}):
-        assert not access.tma_rows_config(registry.FAMILY.params(cfg))
-        p = plan(op("a", (4096, 1000), ptr=PA), op("b", (1000, 1001), ptr=PB), op("out", (4096, 1001), ptr=PD))
-        prog = dispatch.build(p, 0, (PA, PB, 0, PD), lambda key, precision: {**cfg, "splits": 1})
-        assert not any(st.maps for st in prog.steps) and not tma_rows
-
-
-def test_four_maps_are_one_parameter_of_512_bytes():
-    from tilegemm import runtime
-
-    fmt, offsets = runtime._layout(launch.GEMM_TMA_ROWS.types)
-    assert offsets[-1] % 64 == 0 and offsets[-1] >= offsets[-2] + 4
-    import struct
-    assert struct.calcsize(fmt) == offsets[-1] + 512
-
-
-def test_a_box_wider_than_tma_takes_raises():
-    from tilegemm import tma
-
-    with pytest.raises(ValueError, match="1 to 256"):
-        tma.row_class_encoder(100, 1001, 1001, 2, 512)

@@ -118,17 +118,14 @@ def family_layout(p: dict, layout: str, M: int, N: int, K: int, count: int = 1) 
 
 
 def row_widths(layout: str, M: int, N: int, K: int, count: int = 1, pairs: bool = True,
-               odd: bool = True, arch: str | None = None) -> tuple[int, int]:
+               odd: bool = True) -> tuple[int, int]:
     """(A's, B's) access width (floats) with which the family's cp.async configs copy each operand
     along its rows, for contiguous operands of this shape: A when a transposed view (rows of M
     floats), B as stored (rows of N); 4 where the rows are 16-byte aligned or copied into aligned
-    rows (``family_copies``, ``odd`` as there), read by TMA on ``arch`` (``family_tma_rows``) or the
-    operand is copied across its rows, 2 where they are 8-byte aligned (``pairs``: the kernels take
-    8-byte accesses), else 1."""
+    rows (``family_copies``, ``odd`` as there) or the operand is copied across its rows, 2 where
+    they are 8-byte aligned (``pairs``: the kernels take 8-byte accesses), else 1."""
     along = ((layout[0] == "T", M), (layout[1] == "N", N))
     widths = [vector_width((0, n), pairs=pairs) for _, n in along]  # contiguous: 256-byte aligned, rows of n
-    if family_tma_rows(layout, True, widths[1], M, N, K, count, arch):
-        widths[1] = 4
     copied = family_copies(layout, True, tuple(widths), M, N, K, count, odd)
     a, b = (4 if copy or not is_along else w for (is_along, _), w, copy in zip(along, widths, copied))
     return a, b
@@ -158,42 +155,6 @@ def row_class(width: int, ld: int) -> int | None:
     every row starts alike: rows ``lo`` floats aligned whose length is ``lo`` past a multiple of ``hi``
     start alternately ``hi`` and ``lo`` floats aligned."""
     return next((code for code, (hi, lo) in ROW_CLASSES.items() if width == lo and ld % hi == lo), None)
-
-
-# B's rows read by TMA (tg_tma_rows.cuh): in NN (B as stored), rows that are not 16-byte aligned go to shared
-# memory whole, a box per class k mod 4 a tile, from four tensor maps (rows k mod 4 = r lie 4 ldb floats apart,
-# a multiple of 16 bytes, which TMA needs), so the family's FFMA configs read them as they read aligned rows: no
-# copy of B, no 8- or 4-byte copies.  Hopper (sm_90+) only; one product per launch (the maps describe one B);
-# from TMA_ROWS_MIN_MACS multiply-adds, as the host encodes four maps for every new B (tma.py).  Off until it
-# is measured against the reads it would replace (TMA_ROWS_ON; docs/perf-notes.md, "B's rows by TMA").
-TMA_ROWS = 5
-TMA_ROWS_ON = False
-TMA_ROWS_MIN_MACS = 1 << 30
-
-
-def _major(arch: str | None) -> int:
-    """The compute capability's major number of "sm_90", "sm_90a", "sm_100" ...; 0 for None."""
-    return int(arch[3:].rstrip("af")) // 10 if arch else 0
-
-
-def tma_rows_config(p: dict) -> bool:
-    """Whether gemm.cu can read B's rows by TMA with the family parameters ``p`` (every one given; the
-    kernel's static_asserts repeat this): a cp.async pipeline of FFMAs, boxes of at most 256 columns (TMA's
-    limit) whose rows are 128-byte multiples, whole rows of each class k mod 4 in every k slice's share of
-    a tile, and the A tile before each stage's B tile a 128-byte multiple (every stage's boxes 128-byte
-    aligned).  The others read such rows as before (copied, by rows or narrow)."""
-    return (p["stages"] >= 2 and not p.get("mma", 0) and p["bn"] <= 256 and (4 * p["bn"]) % 128 == 0
-            and (p["bk"] // p.get("ks", 1)) % 4 == 0 and (4 * p["bk"] * (p["bm"] + 4)) % 128 == 0)
-
-
-def family_tma_rows(layout: str, copies: bool, b_width: int, M: int, N: int, K: int, count: int,
-                    arch: str | None) -> bool:
-    """Whether the family reads B's rows by TMA (TMA_ROWS): while TMA_ROWS_ON, a config that can
-    (``copies``: tma_rows_config; the model's tiles all can), B as stored (layout "xN"), its rows not
-    16-byte aligned (``b_width``: its access width, 4, 2 or 1), one product per launch of at least
-    TMA_ROWS_MIN_MACS multiply-adds, on ``arch`` sm_90 or later (None: unknown, no)."""
-    return bool(TMA_ROWS_ON and copies and layout[1] == "N" and b_width != 4 and count == 1
-                and M * N * K >= TMA_ROWS_MIN_MACS and _major(arch) >= 9)
 
 
 def family_widths(layout: str, copies: bool, a: tuple, b: tuple, d: tuple | None,

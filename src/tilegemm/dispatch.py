@@ -19,11 +19,10 @@ import numpy as np
 
 from . import gpu, hopper, model, registry
 from .arrays import UNKNOWN, Operand, describe
-from .launch import (GEMM, GEMM_TMA_ROWS, RUNG, WGMMA, A, B, C, D, W, Program, Step, launcher, wgmma_launcher,
+from .launch import (GEMM, RUNG, WGMMA, A, B, C, D, W, Program, Step, launcher, wgmma_launcher,
                      wgmma_tf32_launcher)
-from .access import (ROW_CLASSES, TMA_ROWS, aligned_cols, copy_floats, family_copies, family_layout,
-                     family_tma_rows, family_widths, stored_views, tma_rows_config,
-                     vector_width)
+from .access import (ROW_CLASSES, aligned_cols, copy_floats, family_copies, family_layout, family_widths,
+                     stored_views, vector_width)
 from .plan import GRID_Z, Plan, plan
 from .steps import pack_step, reduce_step, tf32_step, tma_step, transpose_step
 
@@ -297,13 +296,7 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
     transposed = layout != g.layout
     if transposed:
         ops[1] = (0, aligned_cols(g.N), 0)
-    widths = [vector_width(o, pairs=True) for o in ops]
-    arch = gpu.device_properties(device).arch
-    # B's rows not 16-byte aligned, read whole by TMA on Hopper (access.family_tma_rows): no copy of B
-    tma_rows = family_tma_rows(layout, tma_rows_config(params), widths[1], g.M, g.N, g.K, g.count, arch)
-    if tma_rows:
-        widths[1] = 4  # read as aligned rows: not copied (as access.row_widths takes it)
-    copied = family_copies(layout, cp_async, widths, g.M, g.N, g.K, g.count)
+    copied = family_copies(layout, cp_async, [vector_width(o, pairs=True) for o in ops], g.M, g.N, g.K, g.count)
     views = stored_views(layout, g.M, g.N, g.K)
     for i in (0, 1):
         if copied[i]:
@@ -311,14 +304,12 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
     # the parameters with which it reads B's rows of each class by rows, where it does (access.ROW_CLASSES)
     by_rows = {code: q for code in ROW_CLASSES
                if (q := model.by_rows(params, code)) is not None and code in registry.family_row_classes(q)}
-    vec = family_widths(layout, cp_async, ops[0], (0, 4, 0) if tma_rows else ops[1],
-                        None if sk == 0 and splits > 1 else (at[D], g.ldd, sd), tuple(by_rows))
-    if tma_rows:
-        vec = (vec, TMA_ROWS, vec) if isinstance(vec, int) else (vec[0], TMA_ROWS, vec[2])
+    vec = family_widths(layout, cp_async, ops[0], ops[1], None if sk == 0 and splits > 1 else (at[D], g.ldd, sd),
+                        tuple(by_rows))
     # the build's parameters: B's rows read by rows (model.BY_ROWS_MINB), or not, at the blocks an SM
-    # the arch's build holds where that was measured (model.ARCH_MINB; B read by TMA: model.TMA_ROWS_MINB)
+    # the arch's build holds where that was measured (model.ARCH_MINB)
     q = (by_rows[vec[1]] if isinstance(vec, tuple) and vec[1] in by_rows
-         else model.arch_minb(params, layout, vec, arch))
+         else model.arch_minb(params, layout, vec, gpu.device_properties(device).arch))
     if q is not params:
         cfg = {k: v for k, v in q.items() if k != "splits"}
     lda, ldb = ops[0][1], ops[1][1]
@@ -361,20 +352,13 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
         steps.append(transpose_step(device, (g.N, g.K), g.ldb, B, offs[B], dst, p.pdl))
         src[1] = (W, off)
     (wa, oa), (wb, ob) = src
-    maps = ()
-    if tma_rows:  # the four row classes' tensor maps of B, encoded per pointer (tma.py)
-        from .tma import row_class_encoder
-
-        maps = ((GEMM_TMA_ROWS.slot("tB"), wb, ob, 0, row_class_encoder(g.K, g.N, ldb, fn.params["bk"] // 4, bn)),)
-        base["tB"] = bytes(512)
-    sig = GEMM_TMA_ROWS if tma_rows else GEMM
     if sk:
         for n, first in blocks:
-            args = sig.values(**{**base, "first": first})
+            args = GEMM.values(**{**base, "first": first})
             steps.append(Step(fn.prepare((n, 1, 1), p.pdl), tuple(args),
                               ((ptr["A"], wa, oa), (ptr["B"], wb, ob), (ptr["C"], C, offs[C]),
                                (ptr["D"], D, offs[D]), (ptr["W"], W, 0)),
-                              (GEMM.slot("flags"), GEMM.slot("epoch"), n), maps=maps))
+                              (GEMM.slot("flags"), GEMM.slot("epoch"), n)))
         return steps, work
     # one block per tile and split; the batch in chunks of the grid's z limit.  With splits > 1 each
     # split writes its own plane of the workspace (rows padded to a multiple of 4 floats, so the
@@ -385,11 +369,11 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
     per = max(1, GRID_Z // splits)
     for first in range(0, g.count, per):
         n = min(per, g.count - first)
-        args = sig.values(**{**base, "count": n})
+        args = GEMM.values(**{**base, "count": n})
         steps.append(Step(fn.prepare((tiles, 1, n * splits), p.pdl), tuple(args),
                           ((ptr["A"], wa, oa + 4 * first * sa), (ptr["B"], wb, ob + 4 * first * sb),
                            (ptr["C"], C, offs[C] + 4 * first * sc),
-                           (ptr["D"], out, (offs[D] if out == D else 0) + 4 * first * out_stride)), maps=maps))
+                           (ptr["D"], out, (offs[D] if out == D else 0) + 4 * first * out_stride))))
     if splits == 1:
         return steps, work
     steps.append(reduce_step(p, g, device, at, offs, splits, ldw, beta))

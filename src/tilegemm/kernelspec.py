@@ -108,11 +108,8 @@ class KernelSpec:
         if self.vec:
             widths = (vec,) * 3 if isinstance(vec, int) else tuple(vec)
             by_rows = tuple(access.ROW_CLASSES) if self.row_classes else ()  # two widths by rows: A and B
-            tma = (access.TMA_ROWS,) if self.row_classes and layout[1] == "N" else ()  # B's rows by TMA
-            also = (" (A and B also 3 or 6: two widths by rows; B as stored also 5: its rows by TMA)"
-                    if self.row_classes else "")
-            allowed = ((1, 2, 4) + by_rows, (1, 2, 4) + by_rows + tma, (1, 2, 4))
-            if len(widths) != 3 or any(w not in ok for w, ok in zip(widths, allowed)):
+            also = " (A and B also 3 or 6: two widths by rows)" if self.row_classes else ""
+            if len(widths) != 3 or any(w not in (1, 2, 4) + (by_rows if i < 2 else ()) for i, w in enumerate(widths)):
                 raise ValueError(f"vec must be 4, 2 or 1, or one of those per operand (A, B, D){also}, got {vec!r}")
             if len(set(widths)) == 1:
                 d["TG_VEC"] = widths[0]

@@ -19,13 +19,13 @@ import numpy as np
 
 from . import gpu, registry, runtime
 from .occupancy import Limits
-from .access import TMA_ROWS, WIDE_LD_MIN, needs_wide_offsets
+from .access import WIDE_LD_MIN, needs_wide_offsets
 
 
 @dataclass(frozen=True)
 class Signature:
     """A kernel entry's parameters, in order: (name, C type), the type one of "int", "long long",
-    "float", "ptr", "tmap" (a TMA tensor map, passed as its 128 bytes), "tmaps4" (four, 512 bytes)."""
+    "float", "ptr", "tmap" (a TMA tensor map, passed as its 128 bytes)."""
 
     entry: str
     file: str  # the file that declares the entry, checked by tests/test_launch.py
@@ -52,7 +52,7 @@ class Signature:
         extra = [k for k in kw if k not in self._index]
         if missing or extra:
             raise TypeError(f"{self.entry}: missing arguments {missing}, unknown {extra}")
-        return [float(kw[n]) if t == "float" else kw[n] if t.startswith("tmap") else int(kw[n]) for n, t in self.fields]
+        return [float(kw[n]) if t == "float" else kw[n] if t == "tmap" else int(kw[n]) for n, t in self.fields]
 
 
 # gemm.cu's tilegemm_gemm (the family)
@@ -60,8 +60,6 @@ GEMM = Signature.of("tilegemm_gemm", "gemm.cu", (
     "M int, N int, K int, A ptr, lda long long, sA long long, B ptr, ldb long long, sB long long, C ptr, "
     "ldc long long, sC long long, D ptr, ldd long long, sD long long, alpha float, beta float, k_split int, "
     "splits int, W ptr, flags ptr, epoch int, count int, first int"))
-# the family's builds that read B's rows by TMA (access.TMA_ROWS): the same, then the four row classes' maps
-GEMM_TMA_ROWS = Signature("tilegemm_gemm", "gemm.cu", GEMM.fields + (("tB", "tmaps4"),))
 # splitk_reduce.cu's tilegemm_splitk_reduce: D = alpha * (the sum of W's splits) + beta * C
 REDUCE = Signature.of("tilegemm_splitk_reduce", "splitk_reduce.cu", (
     "M int, N int, batches int, splits int, W ptr, ldw long long, C ptr, ldc long long, sC long long, D ptr, "
@@ -100,9 +98,6 @@ class Launcher:
         self.signature = SIGNATURES[spec.entry]
         self.block = spec.block(self.params)
         self.smem = spec.smem(self.params)
-        if spec.row_classes and isinstance(vec, tuple) and vec[1] == TMA_ROWS:
-            self.signature = GEMM_TMA_ROWS
-            self.smem += 64  # the stages' mbarriers (tg_tma_rows.cuh), after what the slices' sums take
         self.device = device
         compiled = spec.compile(spec.compiled_params(self.params), layout, arch=props.arch, vec=vec,
                                 limits=limits, wide=wide)

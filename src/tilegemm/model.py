@@ -219,13 +219,6 @@ ARCH_MINB = {"sm_90": {
 }}
 
 
-# The builds reading B's rows by TMA (access.TMA_ROWS) are ranked as their 16-byte builds, so they are built
-# at the 16-byte build's minb in NN (ARCH_MINB's width 4) and, where ptxas left free gave them fewer blocks an SM
-# than the 16-byte build, at its blocks: 128 x 128w took 131 registers (1 block of 256 threads) against the
-# 16-byte build's 121 (2) (NVRTC 13.0, sm_90; the others hold as many blocks or more: tests/test_compile.py).
-TMA_ROWS_MINB = {"128x128w": 2}
-
-
 def _build_of(params: dict) -> str | None:
     """The build (``build``) of the candidate whose tile config the family config ``params`` (every
     parameter given) is, or None (another config, or a tensor-core one)."""
@@ -253,15 +246,9 @@ def arch_minb(params: dict, layout: str, widths, arch: str | None) -> dict:
     """The parameters with which the family config ``params`` (every parameter given) runs a product
     of ``layout`` at access widths ``widths`` (access.family_widths: one number or (A, B, D)) on
     ``arch``, not reading B's rows by rows (``by_rows``): minb from ARCH_MINB where it names the
-    candidate's build and B's width in NN (B read by TMA: the 16-byte width's, or TMA_ROWS_MINB's
-    where larger), else ``params``."""
+    candidate's build and B's width in NN, else ``params``."""
     b_width = widths[1] if isinstance(widths, tuple) else widths
-    build = _build_of(params)
-    caps = ARCH_MINB.get(arch, {}).get(build, {}) if layout == "NN" else {}
-    if b_width == access.TMA_ROWS:
-        minb = max(caps.get(4, 0), TMA_ROWS_MINB.get(build, 0)) or None
-    else:
-        minb = caps.get(b_width)
+    minb = ARCH_MINB.get(arch, {}).get(_build_of(params), {}).get(b_width) if layout == "NN" else None
     return params if minb is None else {**params, "minb": minb}
 
 
@@ -329,7 +316,7 @@ def _predict(c: dict, tile: str, cfg: dict, M: int, N: int, K: int, count: int, 
 
 def ranked(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int,
            layout: str = "NN", width: int | None = None, out_width: int | None = None,
-           near: dict | None = None, arch: str | None = None) -> list[tuple[str, dict, float]]:
+           near: dict | None = None) -> list[tuple[str, dict, float]]:
     """Every candidate with a build in ``per_sm`` (blocks per SM by build, ``build``) and its tile's
     constants in ``c`` as (name, config, predicted microseconds), the fastest first; the operands
     and the result taken as contiguous arrays of ``layout`` (their rows' alignment follows from the
@@ -337,9 +324,8 @@ def ranked(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int,
     the access widths (access.row_widths, out_width); each candidate is charged at ``read_width``.
     ``near``: the set's calibration residuals (residuals.py); a single product's predictions in
     RESIDUALS_LAYOUT are corrected by them (the main set's calibrations time single NN products;
-    another layout copies other operands another way, and no calibration measured the correction there).
-    ``arch``: the GPU's, where B's rows may be read by TMA (access.family_tma_rows)."""
-    a_width, width = access.row_widths(layout, M, N, K, count, arch=arch) if width is None else (4, width)
+    another layout copies other operands another way, and no calibration measured the correction there)."""
+    a_width, width = access.row_widths(layout, M, N, K, count) if width is None else (4, width)
     out_width = access.out_width(N) if out_width is None else out_width
     cands = [(name, cfg) for name, cfg in candidates(M, N, K, count, sms, per_sm)
              if build(name) in per_sm and f"{name.split()[0]}.f" in c]
@@ -372,7 +358,7 @@ def ranked_for(table: dict, M: int, N: int, K: int, count: int, sms: int, layout
         layout, width = run_as, 4
     s = set_for(table, M, N, K, count, layout)
     return ranked(s["constants"], blocks_per_sm(s["blocks_per_sm"], layout, arch), M, N, K, count, sms, layout,
-                  width, out_width, s.get("residuals"), arch)
+                  width, out_width, s.get("residuals"))
 
 
 def choose(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int,

@@ -18,14 +18,14 @@ from .compiler import CompiledKernel
 
 # C parameter type -> how it is packed into its slot of the parameter buffer: 8 bytes, or for a TMA
 # tensor map (a __grid_constant__ CUtensorMap) its 128 bytes, 64-byte aligned
-SLOT = {"int": "i4x", "long long": "q", "float": "f4x", "ptr": "Q", "tmap": "128s", "tmaps4": "512s"}
+SLOT = {"int": "i4x", "long long": "q", "float": "f4x", "ptr": "Q", "tmap": "128s"}
 
 
 def _layout(types: tuple) -> tuple[str, list[int]]:
     """The parameter buffer's struct format (padding included) and each slot's byte offset."""
     fmt, offsets, off = "<", [], 0
     for t in types:
-        align = 64 if t.startswith("tmap") else 8
+        align = 64 if t == "tmap" else 8
         pad = -off % align
         fmt += f"{pad}x" if pad else ""
         off += pad

@@ -46,13 +46,6 @@
 // visible (it returns at once after an ordinary launch).
 #include "tg_tiles.cuh"
 #include "tg_async.cuh"
-#if TG_VEC_B == TG_TMA_ROWS
-#include "tg_tma_rows.cuh"
-#define TG_TMA_B 1
-#else
-#define TG_TMA_B 0
-struct TgTmaB {};  // unused without TMA
-#endif
 #if MMA
 #define TG_MMA_PASSES MMA
 #include "tg_mma.cuh"
@@ -116,13 +109,7 @@ struct TgTmaB {};  // unused without TMA
 #define CSTEP (COLS_T * 4)
 #endif
 #define LDA_S (BM + PAD)
-#if TG_TMA_B
-#define LDB_S BN  // TMA writes boxes of whole rows, each 128-byte aligned: rows unpadded
-#define BROW(kk) TG_TMA_ROW(kk, BK)  // tg_tma_rows.cuh: a stage's B rows by class k mod 4
-#else
 #define LDB_S (BN + PAD)
-#define BROW(kk) (kk)
-#endif
 static_assert(TM % 4 == 0 && TN % 4 == 0, "thread tiles are made of 4 x 4 patches");
 static_assert(BM % TM == 0 && BN % TN == 0, "the thread tile divides the block tile");
 static_assert(32 % LN == 0 && COLS_T % LN == 0 && ROWS_T % LM == 0, "warps tile the block");
@@ -135,10 +122,6 @@ static_assert(MMA == 0 || (TM == 8 && TN == 8 && BM % 64 == 0 && BN % 32 == 0 &&
 static_assert(KS == 1 || (KS >= 2 && KS <= 4 && BK % (2 * KS) == 0 && NTS % 32 == 0 && STAGES >= 2 && MMA == 0 && SK == 0),
               "KS > 1: BK an even multiple of KS (a tile's next first row lands in fragment buffer 0), whole warps a "
               "slice, a cp.async pipeline, FFMAs, one block per tile");
-static_assert(!TG_TMA_B || (STAGES >= 2 && MMA == 0 && BN <= 256 && (BN * 4) % 128 == 0 && BKS % 4 == 0 &&
-                            (4 * BK * LDA_S) % 128 == 0),
-              "B's rows by TMA (access.tma_rows_config): a cp.async pipeline of FFMAs, boxes of at most 256 "
-              "columns 128-byte aligned in every stage, whole rows of each class a slice");
 static_assert(SK >= 0 && SK <= 2, "SK is 0 (a block per tile), 1 (stream-K) or 2 (split-K summed in the kernel)");
 
 #if MINB > 0
@@ -295,35 +278,18 @@ __device__ __forceinline__ void k_loop_registers(float (*acc)[TN], float *smem, 
 // offset, moved by additions (no multiply on the FMA pipe), locates both.
 __device__ __forceinline__ void k_loop_async(float (*acc)[TN], float *smem, const float *A, tg_idx lda,
                                              const float *B, tg_idx ldb, int M, int N, int K, int m0,
-                                             int n0, int tid, int ao, int bo, TgTmaB &tma) {
+                                             int n0, int tid, int ao, int bo) {
 #if STAGES >= 2
     constexpr int SA = BK * LDA_S, SS = SA + BK * LDB_S;  // floats: A tile, whole stage [A | B]
     const unsigned s0 = tg_smem(smem);
     const int T = (K + BK - 1) / BK;   // tiles; the first holds k in [K - T*BK, K - (T-1)*BK)
     AsyncOperands<BM, BN, BK, NT, LDA_S, LDB_S> g;
     g.init(A, lda, B, ldb, M, N, K, m0, n0, K - T * BK, tid);
-#if TG_TMA_B
-    tg_tma_rows_start(tma, K - T * BK, n0);
-    tg_tma_rows_copy<BK, BN, NT>(tma, s0 + 4 * SA, 0, true, tid);
-#endif
     g.template copy<true>(s0, s0 + 4 * SA, true, lda, ldb, tid);
 #pragma unroll
-    for (int s = 1; s < STAGES - 1; ++s) {
-#if TG_TMA_B
-        tg_tma_rows_copy<BK, BN, NT>(tma, s0 + 4 * (s * SS + SA), s, s < T, tid);
-#endif
-        g.template copy<false>(s0 + 4 * s * SS, s0 + 4 * (s * SS + SA), s < T, lda, ldb, tid);
-    }
+    for (int s = 1; s < STAGES - 1; ++s) g.template copy<false>(s0 + 4 * s * SS, s0 + 4 * (s * SS + SA), s < T, lda, ldb, tid);
     tg_cp_wait<STAGES - 2>();
     __syncthreads();
-#if TG_TMA_B
-    tg_tma_rows_wait(tma, 0);
-    if (K - T * BK < 0 && tma.k0 > 0) {  // the first tile's rows before the loop's: an earlier range's (block-uniform)
-        tg_tma_rows_zero<BK, BN, NT>(smem + SA, T * BK - K, tid);
-        __syncthreads();
-    }
-    int rs = 0, ws = STAGES - 1;  // stage numbers of ro and wo below
-#endif
     float a[2][TM], b[2][TN];
     const float *as0 = smem + ao, *bs0 = smem + SA + bo;  // this thread's fragments in stage 0
     frag<TM / 4, ROWS_T * 4>(a[0], as0);
@@ -331,26 +297,18 @@ __device__ __forceinline__ void k_loop_async(float (*acc)[TN], float *smem, cons
 
     int ro = 0, wo = (STAGES - 1) * SS;  // offsets of the stage read now (tile t) and filled now
     for (int t = 0; t < T; ++t) {
-#if TG_TMA_B
-        tg_tma_rows_copy<BK, BN, NT>(tma, s0 + 4 * (wo + SA), ws, t + STAGES - 1 < T, tid);
-#endif
         g.template copy<false>(s0 + 4 * wo, s0 + 4 * (wo + SA), t + STAGES - 1 < T, lda, ldb, tid);
         const float *as = as0 + ro, *bs = bs0 + ro;
 #pragma unroll
         for (int k = 0; k < BKS - 1; ++k) {  // this slice's k rows of the tile (all of them when KS = 1)
             frag<TM / 4, ROWS_T * 4>(a[(k + 1) % 2], as + (k + 1) * LDA_S);
-            frag<TN / 4, COLS_T * 4>(b[(k + 1) % 2], bs + BROW(k + 1) * LDB_S);
+            frag<TN / 4, COLS_T * 4>(b[(k + 1) % 2], bs + (k + 1) * LDB_S);
             outer(acc, a[k % 2], b[k % 2]);
         }
         tg_cp_wait<STAGES - 2>();  // this thread's copies of tile t+1 have landed...
         __syncthreads();           // ...and everyone's; everyone is done reading tile t
         wo = ro;
         ro = ro == (STAGES - 1) * SS ? 0 : ro + SS;
-#if TG_TMA_B
-        ws = rs;
-        rs = rs == STAGES - 1 ? 0 : rs + 1;
-        if (t + 1 < T) tg_tma_rows_wait(tma, rs);
-#endif
         frag<TM / 4, ROWS_T * 4>(a[BKS % 2], as0 + ro);
         frag<TN / 4, COLS_T * 4>(b[BKS % 2], bs0 + ro);
         outer(acc, a[(BKS - 1) % 2], b[(BKS - 1) % 2]);
@@ -410,8 +368,7 @@ __device__ __forceinline__ void tile_origin(int r, int M, int N, int &m0, int &n
 
 // acc = the product of the tile at (m0, n0) over the K columns of A (rows of B) that A and B start at
 __device__ __forceinline__ void tile_mac(float (*acc)[TN], float *smem, const float *A, tg_idx lda, const float *B,
-                                         tg_idx ldb, int M, int N, int K, int m0, int n0, int tid, int tr, int tc,
-                                         TgTmaB &tma) {
+                                         tg_idx ldb, int M, int N, int K, int m0, int n0, int tid, int tr, int tc) {
 #pragma unroll
     for (int i = 0; i < TM; ++i)
 #pragma unroll
@@ -419,7 +376,7 @@ __device__ __forceinline__ void tile_mac(float (*acc)[TN], float *smem, const fl
     const int ao = tr * 4, bo = tc * 4;  // a thread's first column in the As / Bs rows
     const bool interior = m0 + BM <= M && n0 + BN <= N;
     if (MMA)              k_loop_mma(acc, smem, A, lda, B, ldb, M, N, K, m0, n0, tid);
-    else if (STAGES >= 2) k_loop_async(acc, smem, A, lda, B, ldb, M, N, K, m0, n0, tid, ao, bo, tma);
+    else if (STAGES >= 2) k_loop_async(acc, smem, A, lda, B, ldb, M, N, K, m0, n0, tid, ao, bo);
     else                  k_loop_registers(acc, smem, A, lda, B, ldb, M, N, K, m0, n0, interior, tid, ao, bo);
 }
 
@@ -486,38 +443,14 @@ __device__ __forceinline__ void share_fixup(const float *first, const float *sec
     }
 }
 
-// the builds that read B's rows by TMA take the four row classes' tensor maps last (tg_tma_rows.cuh)
-#if TG_TMA_B
-#define TG_TMA_PARAMS , const __grid_constant__ TgTmaRows tB
-#define TG_SMEM_ALIGN 128  // TMA's boxes land on 128-byte boundaries
-#else
-#define TG_TMA_PARAMS
-#define TG_SMEM_ALIGN 16
-#endif
 extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
     int M, int N, int K, const float *__restrict__ A, long long lda, long long sA,
     const float *__restrict__ B, long long ldb, long long sB, const float *C, long long ldc,
     long long sC, float *D, long long ldd, long long sD, float alpha, float beta, int k_split,
-    int splits, float *W, int *flags, int epoch, int count, int first TG_TMA_PARAMS) {
-    extern __shared__ __align__(TG_SMEM_ALIGN) float smem[];
+    int splits, float *W, int *flags, int epoch, int count, int first) {
+    extern __shared__ __align__(16) float smem[];
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");  // PDL: see the header
-#endif
-    TgTmaB tma;
-#if TG_TMA_B
-    // the stages' mbarriers after the stages (and after the slices' sums, which reuse them)
-    constexpr int TG_BARS = (STAGES * BK * (LDA_S + LDB_S) > (KS - 1) * BM * BN ? STAGES * BK * (LDA_S + LDB_S)
-                                                                                 : (KS - 1) * BM * BN);
-    tma.maps = tB.m;
-    tma.bars = tg_smem(smem + TG_BARS);
-    tma.phase = 0;
-    tma.k0 = 0;
-    tma.shifts = 0;  // (B's float index + r ldb) mod 4 for each class r
-#pragma unroll
-    for (int r = 0; r < 4; ++r)
-        tma.shifts |= (int)(((reinterpret_cast<unsigned long long>(B) >> 2) + (unsigned long long)(r * ldb)) & 3) << (2 * r);
-    tg_tma_rows_init<STAGES>(tma.bars, threadIdx.x);
-    __syncthreads();
 #endif
     const int tid = threadIdx.x, slice = tid / NTS, warp = (tid % NTS) / 32, lane = tid % 32;
 #if MMA  // tg_mma.cuh's lane layout: warp rows of 64, columns of 32
@@ -530,9 +463,6 @@ extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
     // which product, which k range (C and D are offset after the main loop: fewer live registers)
     const int k0 = (blockIdx.z % splits) * k_split;
     K = min(K - k0, k_split);
-#if TG_TMA_B
-    tma.k0 = k0;
-#endif
     A += (blockIdx.z / splits) * sA + tg_a_off(0, k0, lda);
     B += (blockIdx.z / splits) * sB + tg_b_off(k0, 0, ldb);
 
@@ -554,9 +484,9 @@ extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
 #pragma unroll
         for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
     // a thread's first element in the As / Bs rows: its columns, its slice's first k row
-    const int ao = tr * 4 + slice * BKS * LDA_S, bo = tc * 4 + BROW(slice * BKS) * LDB_S;
+    const int ao = tr * 4 + slice * BKS * LDA_S, bo = tc * 4 + slice * BKS * LDB_S;
     if (MMA)              k_loop_mma(acc, smem, A, lda, B, ldb, M, N, K, m0, n0, tid);
-    else if (STAGES >= 2) k_loop_async(acc, smem, A, lda, B, ldb, M, N, K, m0, n0, tid, ao, bo, tma);
+    else if (STAGES >= 2) k_loop_async(acc, smem, A, lda, B, ldb, M, N, K, m0, n0, tid, ao, bo);
     else                  k_loop_registers(acc, smem, A, lda, B, ldb, M, N, K, m0, n0, interior, tid, ao, bo);
 #if KS > 1
     // slices 1.. hand their sums to slice 0 through the stages (every copy has landed: k_loop_async
@@ -593,11 +523,8 @@ extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
     int m0, n0;
     tile_origin(t - z * tiles, M, N, m0, n0);
     const int k0 = s * k_split;
-#if TG_TMA_B
-    tma.k0 = k0;
-#endif
     tile_mac(acc, smem, A + z * sA + tg_a_off(0, k0, lda), lda, B + z * sB + tg_b_off(k0, 0, ldb), ldb, M, N,
-             min(K - k0, k_split), m0, n0, tid, tr, tc, tma);
+             min(K - k0, k_split), m0, n0, tid, tr, tc);
     // scalar, coalesced stores (a float4 store of raw accumulators ties them to register quads)
     float *slot = W + (tg_idx)blockIdx.x * SLOT + tid;
 #pragma unroll
@@ -657,11 +584,8 @@ extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
         int m0, n0;
         tile_origin(t - z * tiles, M, N, m0, n0);
         __syncthreads();  // the last segment's fragment reads are done before its stages are refilled
-#if TG_TMA_B
-        tma.k0 = kk;
-#endif
         tile_mac(acc, smem, A + z * sA + tg_a_off(0, kk, lda), lda, B + z * sB + tg_b_off(kk, 0, ldb), ldb, M, N,
-                 min(K, ke * BK) - kk, m0, n0, tid, tr, tc, tma);
+                 min(K, ke * BK) - kk, m0, n0, tid, tr, tc);
         // W: a slot of TM * TN * NT floats per block, element (i, j) of every thread's acc in a
         // row of NT.  Scalar accesses, coalesced: a float4 store of acc[i][4p..4p+3] would make ptxas
         // keep the accumulators in aligned register quads, and the K loop's FFMAs then hit 8x more

@@ -269,23 +269,13 @@ using TgTile = typename TgPick<TgRowClass<VEC>::HI != 0 && !TRANSPOSED,
                                AsyncTile<ROWS, COLS, THREADS, TRANSPOSED, LD, TgRowClass<VEC>::PLAIN>,
                                RowClassTile<ROWS, COLS, THREADS, LD, TgRowClass<VEC>::HI>>::type;
 
-// B's tiles where TMA copies them (TG_VEC_B = TG_TMA_ROWS, tg_tma_rows.cuh): nothing for the threads' copies to do
-struct TgNoTile {
-    __device__ __forceinline__ void init(const float *, tg_idx, int, int, int, int, int) {}
-    template <bool FIRST>
-    __device__ __forceinline__ void copy(unsigned, bool, int, const float *, int) const {}
-    __device__ __forceinline__ void next(int, tg_idx) {}
-};
-
 // The two operands of C = A B as AsyncTiles (global orientation from TG_TRANS_A / TG_TRANS_B).
 template <int BM_, int BN_, int BK_, int THREADS, int LDA, int LDB>
 struct AsyncOperands {
     // A(m, k): row-major (TG_TRANS_A=0) rows are m, k contiguous -> transposed into As[k][m]
     TgTile<TG_TRANS_A ? BK_ : BM_, TG_TRANS_A ? BM_ : BK_, THREADS, !TG_TRANS_A, LDA, TG_VEC_A> a;
     // B(k, n): row-major rows are k, n contiguous -> Bs[k][n] as it is
-    typename TgPick<TG_VEC_B == TG_TMA_ROWS, TgTile<TG_TRANS_B ? BN_ : BK_, TG_TRANS_B ? BK_ : BN_, THREADS,
-                                                     (bool)TG_TRANS_B, LDB, TG_VEC_B == TG_TMA_ROWS ? 4 : TG_VEC_B>,
-                    TgNoTile>::type b;
+    TgTile<TG_TRANS_B ? BN_ : BK_, TG_TRANS_B ? BK_ : BN_, THREADS, (bool)TG_TRANS_B, LDB, TG_VEC_B> b;
     const float *A0, *B0;  // element (0, 0) of each: a valid address for zero-filled copies
     int k_lo;              // the first tile holds k in [kbeg, kbeg + BK); kbeg = K - T*BK <= 0
 

@@ -36,15 +36,11 @@
 // 3 for rows of odd length (the rows that start 8-byte aligned copied 8 bytes at a time, the others
 // 4), 6 for rows of twice an odd length (the rows that start 16-byte aligned 16 bytes at a time, the
 // others 8).
-// B, as stored (K x N row-major), also takes TG_TMA_ROWS: its rows copied whole by TMA, by k mod 4
-// (tg_tma_rows.cuh; sm_90+, the family's cp.async FFMA configs).
-#define TG_TMA_ROWS 5
 #define TG_WIDTH_OK(w) ((w) == 4 || (w) == 2 || (w) == 1)
 #define TG_ROWS_OK(w) (TG_WIDTH_OK(w) || (w) == 3 || (w) == 6)
-static_assert(TG_WIDTH_OK(TG_VEC) && TG_WIDTH_OK(TG_VEC_D) && TG_ROWS_OK(TG_VEC_A) &&
-                  (TG_ROWS_OK(TG_VEC_B) || (TG_VEC_B == TG_TMA_ROWS && !TG_TRANS_B)),
+static_assert(TG_WIDTH_OK(TG_VEC) && TG_WIDTH_OK(TG_VEC_D) && TG_ROWS_OK(TG_VEC_A) && TG_ROWS_OK(TG_VEC_B),
               "access widths are 4 (16-byte accesses), 2 (8-byte) or 1 (4-byte); A and B also 3 or 6 (two "
-              "widths by rows); B as stored also 5 (its rows by TMA)");
+              "widths by rows)");
 
 typedef long long tg_idx;
 

@@ -242,8 +242,8 @@ SMALL64 = {**model.TILES["64x64"], "sk": 2}
 
 
 def test_b_rows_not_aligned_are_staged_by_the_summed_blocks(stubs, staging):
-    # 300 x 1545 x 6629, B's rows of odd length: 5 x 25 tiles of 64 x 64, 4 splits in one launch of
-    # 500 blocks (the fake holds 264 resident... of 128 x 128; here the 64 x 64 build: see below)
+    # 300 x 1545 x 6629, B's rows of odd length: 5 x 25 tiles of 64 x 64 in 2 splits, 250 blocks in one
+    # launch (the fake launcher holds 264 resident)
     p = plan(op("a", (300, 6629), ptr=PA), op("b", (6629, 1545), ptr=PB), op("out", (300, 1545), ptr=PD))
     prog, launches = run(p, {**SMALL64, "splits": 2}, stubs)
     (grid, a), = launches  # no copy before the product
@@ -276,12 +276,15 @@ def test_staging_needs_one_launch_aligned_rows_off_or_a_staging_build(stubs, sta
 
 def test_the_model_charges_staged_candidates_as_aligned_rows(staging):
     cfg = {**SMALL64, "splits": 2}
-    assert model.staged("64x64 split2 summed", cfg, 300, 1545, 1, 528, "NN", 1)
-    assert not model.staged("64x64 split2 summed", cfg, 3000, 1545, 1, 528, "NN", 1)  # 2 launches
-    assert not model.staged("64x64 split2 summed", cfg, 300, 1545, 1, 528, "NN", 4)  # aligned
-    assert not model.staged("64x64 split2 summed", cfg, 300, 1545, 2, 528, "NN", 1)  # a batch
-    assert not model.staged("32x32 split2 summed", {**model.TILES["32x32"], "sk": 2, "splits": 2}, 300, 1545, 1,
+    assert model.staged("64x64 split2 summed", cfg, 300, 1545, 6629, 1, 528, "NN", 1)
+    assert not model.staged("64x64 split2 summed", cfg, 3000, 1545, 6629, 1, 528, "NN", 1)  # 2 launches
+    assert not model.staged("64x64 split2 summed", cfg, 300, 1545, 6629, 1, 528, "NN", 4)  # aligned
+    assert not model.staged("64x64 split2 summed", cfg, 300, 1545, 6629, 2, 528, "NN", 1)  # a batch
+    assert not model.staged("32x32 split2 summed", {**model.TILES["32x32"], "sk": 2, "splits": 2}, 300, 1545, 6629, 1,
                             528, "NN", 1)
+    assert not model.staged("64x64 split2 summed", cfg, 300, 1545, 2**28, 1, 528, "NN", 1)  # over COPY_LIMIT
+    # the splits as dispatch runs them: at most ceil(K / 4), so 40 splits of K = 8 are 2, in one launch
+    assert model.staged("64x64 split40 summed", {**cfg, "splits": 40}, 300, 1545, 8, 1, 528, "NN", 1)
 
 
 def test_batches_beyond_the_grid_limit_take_several_launches(stubs):

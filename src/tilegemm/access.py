@@ -187,11 +187,13 @@ STAGED = 7
 STAGED_ON = False
 
 
-def family_staged(layout: str, sk: int, b_width: int, count: int) -> bool:
+def family_staged(layout: str, sk: int, b_width: int, K: int, N: int, count: int) -> bool:
     """Whether the family's split-K summed in the kernel (``sk`` 2) stages B (STAGED): B as stored
     (NN), one product, B's rows not 16-byte aligned (``b_width``: vector_width of B with pairs; 3 or 6
-    for rows read by rows), STAGED_ON.  Dispatch also needs the product's blocks in one launch."""
-    return STAGED_ON and layout == "NN" and sk == 2 and count == 1 and b_width != 4
+    for rows read by rows), its aligned rows at most COPY_LIMIT floats, STAGED_ON.  Dispatch also
+    needs the product's blocks in one launch."""
+    return (STAGED_ON and layout == "NN" and sk == 2 and count == 1 and b_width != 4
+            and copy_floats((K, N)) <= COPY_LIMIT)
 
 
 def stage_tiles(stages: int) -> int:

@@ -251,7 +251,7 @@ def arch_minb(params: dict, layout: str, widths, arch: str | None) -> dict:
     staged, build_ = b_width == access.STAGED, _build_of(params)
     minb = ARCH_MINB.get(arch, {}).get(build_, {}).get(4 if staged else b_width) if layout == "NN" else None
     if staged:  # at least the 16-byte build's blocks an SM (STAGED_MINB)
-        minb = max(minb or 0, STAGED_MINB.get(build_, 0)) or None
+        minb = max(minb or 0, STAGED_MINB.get(arch, {}).get(build_, 0)) or None
     return params if minb is None else {**params, "minb": minb}
 
 
@@ -322,7 +322,7 @@ def _predict(c: dict, tile: str, cfg: dict, M: int, N: int, K: int, count: int, 
 # a block an SM: 64 x 128 summed 151 against 126 (3 blocks, not 4), 64 x 64 summed 106 against 80 (4, not
 # 6); built at their 16-byte builds' blocks (STAGED_MINB) they take 118 and 80, no spills (tests/test_compile.py).
 STAGED_BUILDS = ("128x128 summed", "64x128 summed", "128x64 summed", "64x64 summed", "64x64f summed")
-STAGED_MINB = {"64x128 summed": 4, "64x64 summed": 6}
+STAGED_MINB = {"sm_90": {"64x128 summed": 4, "64x64 summed": 6}}  # by arch, as ARCH_MINB
 
 
 def stages_b(params: dict) -> bool:
@@ -330,12 +330,14 @@ def stages_b(params: dict) -> bool:
     return _build_of(params) in STAGED_BUILDS
 
 
-def staged(name: str, cfg: dict, M: int, N: int, count: int, slots: int, layout: str, width: int) -> bool:
+def staged(name: str, cfg: dict, M: int, N: int, K: int, count: int, slots: int, layout: str, width: int) -> bool:
     """Whether candidate ``name`` stages B (access.family_staged; B's rows ``width`` floats wide at best):
-    one of STAGED_BUILDS, its blocks in one launch (at most ``slots`` resident); then charged as 16-byte rows."""
+    one of STAGED_BUILDS, its blocks in one launch (at most ``slots`` resident, its splits as dispatch
+    runs them); then charged as 16-byte rows."""
     tiles = -(-M // cfg["bm"]) * -(-N // cfg["bn"]) * count
-    return (build(name) in STAGED_BUILDS and access.family_staged(layout, cfg.get("sk", 0), width, count)
-            and tiles * cfg.get("splits", 1) <= slots)
+    splits = max(1, min(cfg.get("splits", 1), -(-K // 4)))
+    return (build(name) in STAGED_BUILDS and access.family_staged(layout, cfg.get("sk", 0), width, K, N, count)
+            and tiles * splits <= slots)
 
 
 def ranked(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int,
@@ -353,7 +355,8 @@ def ranked(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int,
     out_width = access.out_width(N) if out_width is None else out_width
     cands = [(name, cfg) for name, cfg in candidates(M, N, K, count, sms, per_sm)
              if build(name) in per_sm and f"{name.split()[0]}.f" in c]
-    widths = {name: 4 if staged(name, cfg, M, N, count, per_sm[build(name)] * sms, layout, width) else read_width(name, width, a_width)
+    widths = {name: 4 if staged(name, cfg, M, N, K, count, per_sm[build(name)] * sms, layout, width)
+              else read_width(name, width, a_width)
               for name, cfg in cands}
     corr = {}
     if count == 1 and layout == RESIDUALS_LAYOUT:

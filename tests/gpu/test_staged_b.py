@@ -75,6 +75,7 @@ def test_staging_on_two_streams_at_once(cp, staging):
     for _ in range(3):
         for (a, b), out, s in zip(pairs, outs, streams):
             with s:
+                out[...] = np.nan  # on the product's stream, before it
                 tilegemm.matmul(a, b, out=out, config=cfg)
         for s in streams:
             s.synchronize()
@@ -100,9 +101,10 @@ def test_staging_in_a_captured_graph(cp, staging):
         tilegemm.matmul(a, b, out=out, config=cfg)
         graph = stream.end_capture()
     for _ in range(3):
-        a[...] = cp.asarray(rng.standard_normal((M, K), dtype=np.float32))
-        b[...] = cp.asarray(rng.standard_normal((K, N), dtype=np.float32))
-        out[...] = np.nan
+        with stream:  # the refills on the graph's stream, before it
+            a[...] = cp.asarray(rng.standard_normal((M, K), dtype=np.float32))
+            b[...] = cp.asarray(rng.standard_normal((K, N), dtype=np.float32))
+            out[...] = np.nan
         graph.launch(stream)
         stream.synchronize()
         ref = np.matmul(cp.asnumpy(a).astype(np.float64), cp.asnumpy(b).astype(np.float64))
@@ -117,7 +119,7 @@ def test_an_inf_before_a_split_stays_inf(cp, staging):
     M, N, K = 100, 129, 1004
     a = cp.asarray(np.abs(rng.standard_normal((M, K), dtype=np.float32)) + 0.5)
     b = cp.asarray(rng.standard_normal((K, N), dtype=np.float32))
-    b[250, :] = np.inf  # split 1 of 4 starts at 252, its first tile at 244
+    b[250, :] = np.inf  # split 1 of 4 starts at 252, its first tile at 248
     out = tilegemm.matmul(a, b, config={**model.TILES["128x128"], "splits": 4, "sk": 2})
     (entry,) = fastpath.entries()
     assert _staged(entry.program)

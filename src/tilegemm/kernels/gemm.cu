@@ -472,12 +472,14 @@ __device__ __forceinline__ void share_fixup(const float *first, const float *sec
 // the builds that stage B (TG_VEC_B = 7) take B as stored last; B is then its aligned rows in the workspace
 #if TG_STAGED_B
 #define TG_STAGE_PARAMS , const float *__restrict__ Bs, long long ldbs
+#define TG_B_RESTRICT  // B: the aligned rows the blocks write (tg_staged_b.cuh), so not a restrict pointer
 #else
 #define TG_STAGE_PARAMS
+#define TG_B_RESTRICT __restrict__
 #endif
 extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
     int M, int N, int K, const float *__restrict__ A, long long lda, long long sA,
-    const float *__restrict__ B, long long ldb, long long sB, const float *C, long long ldc,
+    const float *TG_B_RESTRICT B, long long ldb, long long sB, const float *C, long long ldc,
     long long sC, float *D, long long ldd, long long sD, float alpha, float beta, int k_split,
     int splits, float *W, int *flags, int epoch, int count, int first TG_STAGE_PARAMS) {
     extern __shared__ __align__(16) float smem[];

@@ -24,8 +24,10 @@
 #ifndef TG_STAGE_CH
 #define TG_STAGE_CH (STAGES > 4 ? STAGES : 4)  // k tiles a chunk
 #endif
-#define TG_STAGE_AHEAD 2        // chunks a block copies ahead of the chunk its K loop reads
-#define TG_STAGE_PATIENCE 8192  // polls of a flag (about 64 ns apart) before a block copies the chunk itself
+#define TG_STAGE_AHEAD 2  // chunks a block copies ahead of the chunk its K loop reads
+#ifndef TG_STAGE_PATIENCE
+#define TG_STAGE_PATIENCE 8192  // polls (about 64 ns apart) of a chunk's flags before a block copies the chunk itself
+#endif
 
 // One block's part in staging its split's rows of B: the source rows (B as stored) and the aligned
 // rows, both at the split's first row; the split's rows (K loop's K) and tiles (its T); the chunk
@@ -81,15 +83,16 @@ __device__ __forceinline__ void tg_stage_copy(const TgStage &s, int c, int tid) 
 // caller's barrier follows, before the copies that read the chunk are issued.
 template <int BK_, int NT_>
 __device__ __forceinline__ void tg_stage_wait(const TgStage &s, int c, int tid) {
-    int mine = 0;
+    int mine = 0;  // this lane gave up (its polls, over all of its flags, ran out)
     if (tid < 32) {
-        for (int b = tid; b < s.group; b += 32) {
+        int polls = 0;
+        for (int b = tid; b < s.group && !mine; b += 32) {
             const int *f = s.flags + c * s.group + b;
-            for (int polls = 0;; ++polls) {
+            for (;;) {
                 int v;
                 asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(f) : "memory");
                 if (v == s.epoch) break;
-                if (polls == TG_STAGE_PATIENCE) { mine = 1; break; }
+                if (++polls == TG_STAGE_PATIENCE) { mine = 1; break; }
                 __nanosleep(64);
             }
         }

@@ -284,6 +284,11 @@ def predict(c: dict, name: str, cfg: dict, M: int, N: int, K: int, count: int, p
         c.get(f"{tile}.v", 0.0) * NARROW_SHARE[out_width] * M * N * count * 1e-6 / sms)
 
 
+def run_splits(cfg: dict, K: int) -> int:
+    """The split count ``cfg`` runs with at depth K: at most ceil(K / 4), as dispatch clamps it."""
+    return max(1, min(cfg.get("splits", 1), -(-K // 4)))
+
+
 def _predict(c: dict, tile: str, cfg: dict, M: int, N: int, K: int, count: int, per_sm: int, sms: int,
              width: int) -> float:
     """``predict`` without the narrow stores' term."""
@@ -292,7 +297,7 @@ def _predict(c: dict, tile: str, cfg: dict, M: int, N: int, K: int, count: int, 
     bm, bn, bk = cfg["bm"], cfg["bn"], cfg["bk"]
     tiles = -(-M // bm) * -(-N // bn) * count
     ipt = -(-K // bk)
-    sk, splits = cfg.get("sk", 0), max(1, min(cfg.get("splits", 1), -(-K // 4)))
+    sk, splits = cfg.get("sk", 0), run_splits(cfg, K)
     if sk == 1:
         grid = per_sm * sms
         whole = tiles // grid
@@ -319,7 +324,7 @@ def _predict(c: dict, tile: str, cfg: dict, M: int, N: int, K: int, count: int, 
 
 # The builds that stage B's rows (access.STAGED): the summed builds but 32 x 32's, whose staging build
 # spilled (NVRTC 13.5, sm_90: 8 stores).  The staging took ptxas left free more registers, and two of them
-# a block an SM: 64 x 128 summed 151 against 126 (3 blocks, not 4), 64 x 64 summed 106 against 80 (4, not
+# a block an SM: 64 x 128 summed 163 against 126 (3 blocks, not 4), 64 x 64 summed 117 against 80 (4, not
 # 6); built at their 16-byte builds' blocks (STAGED_MINB) they take 118 and 80, no spills (tests/test_compile.py).
 STAGED_BUILDS = ("128x128 summed", "64x128 summed", "128x64 summed", "64x64 summed", "64x64f summed")
 STAGED_MINB = {"sm_90": {"64x128 summed": 4, "64x64 summed": 6}}  # by arch, as ARCH_MINB
@@ -335,9 +340,8 @@ def staged(name: str, cfg: dict, M: int, N: int, K: int, count: int, slots: int,
     one of STAGED_BUILDS, its blocks in one launch (at most ``slots`` resident, its splits as dispatch
     runs them); then charged as 16-byte rows."""
     tiles = -(-M // cfg["bm"]) * -(-N // cfg["bn"]) * count
-    splits = max(1, min(cfg.get("splits", 1), -(-K // 4)))
     return (build(name) in STAGED_BUILDS and access.family_staged(layout, cfg.get("sk", 0), width, K, N, count)
-            and tiles * splits <= slots)
+            and tiles * run_splits(cfg, K) <= slots)
 
 
 def ranked(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int,

@@ -287,7 +287,7 @@ __device__ __forceinline__ void k_loop_registers(float (*acc)[TN], float *smem, 
 // offset, moved by additions (no multiply on the FMA pipe), locates both.
 __device__ __forceinline__ void k_loop_async(float (*acc)[TN], float *smem, const float *A, tg_idx lda,
                                              const float *B, tg_idx ldb, int M, int N, int K, int m0,
-                                             int n0, int tid, int ao, int bo, TgStage *stage = nullptr) {
+                                             int n0, int tid, int ao, int bo, const TgStage *stage = nullptr) {
 #if STAGES >= 2
     constexpr int SA = BK * LDA_S, SS = SA + BK * LDB_S;  // floats: A tile, whole stage [A | B]
     const unsigned s0 = tg_smem(smem);
@@ -295,8 +295,6 @@ __device__ __forceinline__ void k_loop_async(float (*acc)[TN], float *smem, cons
 #if TG_STAGED_B
     // B's rows staged by the blocks (tg_staged_b.cuh): this block's slices of the first chunks, then
     // the chunk of the tiles the prologue copies (CH >= STAGES: chunk 0)
-    stage->T = T;
-    stage->rows = K;
     for (int c = 0; c < TG_STAGE_AHEAD; ++c) tg_stage_copy<BK, NT>(*stage, c, tid);
     tg_stage_wait<BK, NT>(*stage, 0, tid);
     __syncthreads();
@@ -394,7 +392,7 @@ __device__ __forceinline__ void tile_origin(int r, int M, int N, int &m0, int &n
 // acc = the product of the tile at (m0, n0) over the K columns of A (rows of B) that A and B start at
 __device__ __forceinline__ void tile_mac(float (*acc)[TN], float *smem, const float *A, tg_idx lda, const float *B,
                                          tg_idx ldb, int M, int N, int K, int m0, int n0, int tid, int tr, int tc,
-                                         TgStage *stage = nullptr) {
+                                         const TgStage *stage = nullptr) {
 #pragma unroll
     for (int i = 0; i < TM; ++i)
 #pragma unroll
@@ -560,12 +558,12 @@ extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
 #if TG_STAGED_B
     // B staged by the blocks (tg_staged_b.cuh): split s's rows by the tiles' blocks of split s, one launch
     // of one product (z = 0); the chunk flags after the blocks' own, split s's at s * chunks * tiles
-    const int chunks = tg_stage_chunks((k_split + BK - 1) / BK);
-    TgStage stage{Bs + tg_b_off(k0, 0, ldbs), ldbs, const_cast<float *>(B) + tg_b_off(k0, 0, ldb), ldb,
-                  flags + gridDim.x + s * chunks * tiles, epoch, tiles, t, N, 0, 0};
-    TgStage *st = &stage;
+    const int chunks = tg_stage_chunks((k_split + BK - 1) / BK), rows = min(K - k0, k_split);
+    const TgStage stage{Bs + tg_b_off(k0, 0, ldbs), ldbs, const_cast<float *>(B) + tg_b_off(k0, 0, ldb), ldb,
+                        flags + gridDim.x + s * chunks * tiles, epoch, tiles, t, N, rows, (rows + BK - 1) / BK};
+    const TgStage *st = &stage;
 #else
-    TgStage *st = nullptr;
+    const TgStage *st = nullptr;
 #endif
     tile_mac(acc, smem, A + z * sA + tg_a_off(0, k0, lda), lda, B + z * sB + tg_b_off(k0, 0, ldb), ldb, M, N,
              min(K - k0, k_split), m0, n0, tid, tr, tc, st);

@@ -30,7 +30,7 @@
 #endif
 
 // One block's part in staging its split's rows of B: the source rows (B as stored) and the aligned
-// rows, both at the split's first row; the split's rows (K loop's K) and tiles (its T); the chunk
+// rows, both at the split's first row; the split's rows (its K loop's K) and k tiles (its T); the chunk
 // flags of the split (chunk c's slices at flags[c * group ..]); the blocks that share them (group:
 // the product's tiles) and this block's place among them (me).
 struct TgStage {

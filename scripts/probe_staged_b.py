@@ -6,7 +6,8 @@ summed candidates' blocks fit in one launch), each timed beside cuBLAS, interlea
 against float64:
   today       the pick with staging off (the default path now)
   summed      the model's best summed candidate, B as today (copied or read narrow)
-  staged      the same candidate staging B
+  staged      the same candidate staging B (staged1, staged4: 1 and 4 loads in flight a thread as it stages)
+  summed_aligned  the same candidate on B in aligned rows (staging's ceiling)
   new         the model's pick with staging on (it charges staging candidates as 16-byte rows)
   aligned     today's pick on B in aligned rows (a padded view: nothing to copy or stage)
 Writes OUT/staged-b-probe.json (OUT: --out, else $OUT) after every shape.
@@ -20,15 +21,31 @@ import sys
 import numpy as np
 
 sys.path.insert(0, "src")
-from tilegemm import access, arrays, dispatch, gpu, launch, selection, suites, timing  # noqa: E402
+from tilegemm import access, arrays, dispatch, gpu, kernelspec, launch, selection, suites, timing  # noqa: E402
 from tilegemm import plan as P  # noqa: E402
 
 DEV = 0
+KEYS = ("today", "summed", "staged", "staged1", "staged4", "summed_aligned", "new", "aligned")
 
 
-def program(a, b, out, cfg, on: bool):
-    """The launches of a @ b into out with config ``cfg``, B staged where ``on`` allows."""
+BATCH = [None]  # TG_STAGE_BATCH of the staging builds compiled now (None: the kernel's default)
+_plain = kernelspec.KernelSpec.defines
+
+
+def _defines(self, params, layout="NN", vec=4, wide=False):
+    d = _plain(self, params, layout, vec, wide)
+    return {**d, "TG_STAGE_BATCH": BATCH[0]} if BATCH[0] and "TG_STAGE_CH" in d else d
+
+
+kernelspec.KernelSpec.defines = _defines
+
+
+def program(a, b, out, cfg, on: bool, batch=None):
+    """The launches of a @ b into out with config ``cfg``, B staged where ``on`` allows (``batch`` loads
+    in flight a thread while it stages)."""
     access.STAGED_ON = on
+    BATCH[0] = batch
+    launch._launchers.clear()  # loaded kernels are remembered by config, not by defines
     try:
         p = P.plan(arrays.describe(a, "a"), arrays.describe(b, "b"), arrays.describe(out, "out"), None, cfg)
         return dispatch.build(p, DEV, (int(a.data.ptr), int(b.data.ptr), 0, int(out.data.ptr)), lambda k, q: cfg)
@@ -75,10 +92,12 @@ def main() -> None:
             bp = cp.empty((K, -(-N // 4) * 4), dtype=np.float32)[:, :N]
             bp[...] = b
             pads.append(bp)
-        runs = {"today": (old, False, False), "summed": (summed, False, False), "staged": (summed, True, False),
-                "new": (new, True, False), "aligned": (old, False, True)}
-        progs = {k: [program(a, pads[i] if pad else b, outs[i], c, on) for i, (a, b) in enumerate(sets)]
-                 for k, (c, on, pad) in runs.items()}
+        runs = {"today": (old, False, False, None), "summed": (summed, False, False, None),
+                "staged": (summed, True, False, None), "staged1": (summed, True, False, 1),
+                "staged4": (summed, True, False, 4), "summed_aligned": (summed, False, True, None),
+                "new": (new, True, False, None), "aligned": (old, False, True, None)}
+        progs = {k: [program(a, pads[i] if pad else b, outs[i], c, on, batch) for i, (a, b) in enumerate(sets)]
+                 for k, (c, on, pad, batch) in runs.items()}
         staged = {k: any(len(st.args) == len(launch.GEMM_STAGED.fields) for st in v[0].steps) for k, v in progs.items()}
         if not staged["staged"]:
             continue  # its blocks do not fit in one launch
@@ -103,7 +122,7 @@ def main() -> None:
         json.dump(res, open(out_path, "w"), indent=1, default=str)
         del sets, outs, pads, progs, fns
         cp.get_default_memory_pool().free_all_blocks()
-    for k in ("today", "summed", "staged", "new", "aligned"):
+    for k in KEYS:
         xs = [t["ms"]["cublas"] / t["ms"][k] for t in res["rows"]]
         if xs:
             res[f"geomean_{k}"] = math.exp(sum(map(math.log, xs)) / len(xs))

@@ -185,15 +185,18 @@ def family_widths(layout: str, copies: bool, a: tuple, b: tuple, d: tuple | None
 # code (not a number of floats).  Off until measured against both.
 STAGED = 7
 STAGED_ON = False
+# The blocks of a column of tiles share the staging of its rows, and a block waits for each of their
+# slices of a chunk, one flag a lane of a warp: at most this many tiles to a column.
+STAGE_GROUP = 32
 
 
-def family_staged(layout: str, sk: int, b_width: int, K: int, N: int, count: int) -> bool:
+def family_staged(layout: str, sk: int, b_width: int, K: int, N: int, count: int, row_tiles: int) -> bool:
     """Whether the family's split-K summed in the kernel (``sk`` 2) stages B (STAGED): B as stored
     (NN), one product, B's rows not 16-byte aligned (``b_width``: vector_width of B with pairs; 3 or 6
-    for rows read by rows), its aligned rows at most COPY_LIMIT floats, STAGED_ON.  Dispatch also
-    needs the product's blocks in one launch."""
+    for rows read by rows), its aligned rows at most COPY_LIMIT floats, at most STAGE_GROUP tiles to
+    a column (``row_tiles``), STAGED_ON.  Dispatch also needs the product's blocks in one launch."""
     return (STAGED_ON and layout == "NN" and sk == 2 and count == 1 and b_width != 4
-            and copy_floats((K, N)) <= COPY_LIMIT)
+            and row_tiles <= STAGE_GROUP and copy_floats((K, N)) <= COPY_LIMIT)
 
 
 def stage_tiles(stages: int) -> int:

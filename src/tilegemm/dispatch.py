@@ -299,7 +299,8 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
     views = stored_views(layout, g.M, g.N, g.K)
     # B's rows not 16-byte aligned staged by the blocks of split-K summed in the kernel (access.family_staged),
     # where all of the product's blocks fit in one launch; else copied first where that pays, or read as they are
-    staged = family_staged(layout, sk, vector_width(ops[1], pairs=True), g.K, g.N, g.count) and model.stages_b(params)
+    staged = (family_staged(layout, sk, vector_width(ops[1], pairs=True), g.K, g.N, g.count, -(-g.M // params["bm"]))
+              and model.stages_b(params))
     for stage in ((True, False) if staged else (False,)):
         wops = list(ops)
         if stage:

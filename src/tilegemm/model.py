@@ -339,9 +339,9 @@ def staged(name: str, cfg: dict, M: int, N: int, K: int, count: int, slots: int,
     """Whether candidate ``name`` stages B (access.family_staged; B's rows ``width`` floats wide at best):
     one of STAGED_BUILDS, its blocks in one launch (at most ``slots`` resident, its splits as dispatch
     runs them); then charged as 16-byte rows."""
-    tiles = -(-M // cfg["bm"]) * -(-N // cfg["bn"]) * count
-    return (build(name) in STAGED_BUILDS and access.family_staged(layout, cfg.get("sk", 0), width, K, N, count)
-            and tiles * run_splits(cfg, K) <= slots)
+    rows = -(-M // cfg["bm"])  # tiles to a column
+    return (build(name) in STAGED_BUILDS and access.family_staged(layout, cfg.get("sk", 0), width, K, N, count, rows)
+            and rows * -(-N // cfg["bn"]) * count * run_splits(cfg, K) <= slots)
 
 
 def ranked(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int,

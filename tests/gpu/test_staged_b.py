@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import tilegemm
-from tilegemm import access, fastpath, launch, model
+from tilegemm import access, fastpath, kernelspec, launch, model
 
 from .test_gemm import CONFIGS, _matrix, cases, check_case
 
@@ -124,6 +124,28 @@ def test_an_inf_before_a_split_stays_inf(cp, staging):
     (entry,) = fastpath.entries()
     assert _staged(entry.program)
     assert bool(cp.isposinf(out).all()), int(cp.isnan(out).sum())
+
+
+def test_late_chunks_copied_by_the_waiting_block(cp, staging, monkeypatch):
+    """Built with a patience of one poll, nearly every chunk wait gives up and its block copies the whole
+    chunk itself, over the copies of the chunk's own blocks (the same values): the result stays exact."""
+    plain = kernelspec.KernelSpec.defines
+
+    def impatient(self, params, layout="NN", vec=4, wide=False):
+        d = plain(self, params, layout, vec, wide)
+        return {**d, "TG_STAGE_PATIENCE": 1} if "TG_STAGE_CH" in d else d
+
+    monkeypatch.setattr(kernelspec.KernelSpec, "defines", impatient)
+    monkeypatch.setattr(launch, "_launchers", {})  # loaded kernels are remembered by config, not by defines
+    rng = np.random.default_rng()
+    for build, splits in (("64x64 summed", 4), ("64x128 summed", 3)):
+        cfg = {**model.TILES[build.split()[0]], "splits": splits, "sk": 2}
+        a, b = _matrix(cp, rng, 300, 2001, False, 0, 0), _matrix(cp, rng, 2001, 515, False, 0, 1)
+        tilegemm.clear_caches()
+        _check(cp, a, b, cfg, runs=3)
+        (entry,) = fastpath.entries()
+        assert _staged(entry.program)
+    tilegemm.clear_caches()  # no impatient program outlives the test
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))

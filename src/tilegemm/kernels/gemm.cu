@@ -556,11 +556,13 @@ extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
     tile_origin(t - z * tiles, M, N, m0, n0);
     const int k0 = s * k_split;
 #if TG_STAGED_B
-    // B staged by the blocks (tg_staged_b.cuh): split s's rows by the tiles' blocks of split s, one launch
-    // of one product (z = 0); the chunk flags after the blocks' own, split s's at s * chunks * tiles
-    const int chunks = tg_stage_chunks((k_split + BK - 1) / BK), rows = min(K - k0, k_split);
-    const TgStage stage{Bs + tg_b_off(k0, 0, ldbs), ldbs, const_cast<float *>(B) + tg_b_off(k0, 0, ldb), ldb,
-                        flags + gridDim.x + s * chunks * tiles, epoch, tiles, t, N, rows, (rows + BK - 1) / BK};
+    // B staged by the blocks (tg_staged_b.cuh): split s's rows of a column of tiles by the blocks of
+    // split s of the column's tiles, one launch of one product (z = 0); the chunk flags after the
+    // blocks' own, split s's at s * chunks * tiles, chunk c's at c * tiles, the column's at n0 / BN * rows of tiles
+    const int chunks = tg_stage_chunks((k_split + BK - 1) / BK), rows = min(K - k0, k_split), tm = (M + BM - 1) / BM;
+    const TgStage stage{Bs + tg_b_off(k0, n0, ldbs), ldbs, const_cast<float *>(B) + tg_b_off(k0, n0, ldb), ldb,
+                        flags + gridDim.x + s * chunks * tiles + n0 / BN * tm, tiles, epoch, tm, m0 / BM,
+                        min(BN, N - n0), rows, (rows + BK - 1) / BK};
     const TgStage *st = &stage;
 #else
     const TgStage *st = nullptr;

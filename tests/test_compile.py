@@ -3,7 +3,6 @@
 import collections
 import multiprocessing
 import os
-import re
 from pathlib import Path
 
 import pytest
@@ -577,29 +576,3 @@ def test_by_rows_builds_copy_fewer_times_at_the_same_occupancy(code, build):
         assert k.resources.spills == 0 and "LDGSTS.64" in sass.inspect(sass.disassemble(k.cubin)).mix
     else:
         assert code != access.ODD_ROWS  # every build takes A's rows of odd length
-
-
-@pytest.mark.parametrize("build", model.STAGED_BUILDS)
-def test_staged_b_builds_hold_their_blocks_an_sm_and_copy_b_16_bytes_at_a_time(build):
-    """B staged by the blocks (access.STAGED, tg_staged_b.cuh): each build that stages (model.STAGED_BUILDS)
-    compiles for sm_90 in NN at its minb (model.arch_minb: STAGED_MINB) without spills and with as many
-    blocks an SM as its 16-byte build (the model charges it as that build); its K loop copies the
-    tiles as the 16-byte build does (the same LDGSTS: B's 16 bytes at a time), and the staging reads B with
-    4-byte loads and publishes each slice with a release store (ST.E.STRONG.GPU)."""
-    F = registry.FAMILY
-    p = F.params({**model.TILES[build.split()[0]], "sk": 2})
-    threads = registry.family_threads(p)
-    ks, blocks = {}, {}
-    for vec in ((4, 4, 4), (4, access.STAGED, 4)):
-        q = model.arch_minb(p, "NN", vec, "sm_90")
-        k = ks[vec[1]] = F.compile(q, "NN", arch="sm_90", vec=vec)
-        blocks[vec[1]] = occupancy(threads, k.resources.registers, registry.family_smem(q), Limits.for_arch("sm_90")).blocks
-    staged = ks[access.STAGED]
-    assert staged.resources.spills == 0 and blocks[access.STAGED] >= blocks[4], (blocks, staged.resources.registers)
-    mix = {w: sass.inspect(sass.disassemble(k.cubin)).mix for w, k in ks.items()}
-    copies = {w: {op: n for op, n in m.items() if op.startswith("LDGSTS")} for w, m in mix.items()}
-    assert copies[access.STAGED] == copies[4] and "LDGSTS.128" in copies[4], copies  # A's 4-byte copies as before
-    ops = {w: collections.Counter(re.findall(r"\b(STG\.E\.STRONG\.GPU|LDG\.E\.CONSTANT)\b", sass.disassemble(k.cubin)))
-           for w, k in ks.items()}  # the summed fix-up's release stores are in both builds
-    assert ops[access.STAGED]["STG.E.STRONG.GPU"] > ops[4]["STG.E.STRONG.GPU"], ops
-    assert ops[access.STAGED]["LDG.E.CONSTANT"] > 0 == ops[4]["LDG.E.CONSTANT"], ops

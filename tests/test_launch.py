@@ -36,15 +36,10 @@ def _declared(sig: launch.Signature, folder=KERNEL_DIR) -> list[tuple[str, str]]
         m = re.search(r"#define TG_GEMM_PARAMS((?:.*\\\n)*.*)", src)
         return _c_params(m.group(1).replace("\\\n", " "))
     m = re.search(r'extern "C" __global__ void\b.*?\b' + sig.entry + r"\((.*?)\)\s*\{", src, re.S)
-    params = m.group(1)
-    if "TG_STAGE_PARAMS" in params:  # gemm.cu: B as stored, in the builds that stage B
-        staged = re.search(r"#if TG_STAGED_B\n#define TG_STAGE_PARAMS (.*)\n", src)
-        params = params.replace("TG_STAGE_PARAMS", staged.group(1) if sig is launch.GEMM_STAGED else "")
-    return _c_params(params)
+    return _c_params(m.group(1))
 
 
-@pytest.mark.parametrize("sig", [launch.GEMM, launch.GEMM_STAGED, launch.REDUCE, launch.RUNG, launch.WGMMA, launch.PACK],
-                         ids=lambda s: s.entry + ("_staged" if s is launch.GEMM_STAGED else ""))
+@pytest.mark.parametrize("sig", [launch.GEMM, launch.REDUCE, launch.RUNG, launch.WGMMA, launch.PACK], ids=lambda s: s.entry)
 def test_signatures_match_the_kernels(sig):
     assert _declared(sig) == list(sig.fields)
 
@@ -98,8 +93,7 @@ class Prepared:
 class FakeLauncher:
     def __init__(self, spec, config, vec, log):
         self.spec, self.params, self.vec, self.log = spec, spec.params(dict(config)), vec, log
-        staged = isinstance(vec, tuple) and vec[1] == access.STAGED
-        self.signature = launch.GEMM_STAGED if staged else launch.SIGNATURES[spec.entry]
+        self.signature = launch.SIGNATURES[spec.entry]
 
     def prepare(self, grid, pdl):
         return Prepared(grid, pdl and self.spec.waits, self.log)
@@ -231,60 +225,6 @@ def test_split_k_summed_in_the_kernel_runs_whole_tiles_per_launch(stubs):
     assert [lg for lg, _ in launches] == [(264, 1, 1)] * (units // 264) + [(units % 264, 1, 1)]
     assert [args(launch.GEMM, a)["first"] for _, a in launches] == list(range(0, units, 264))
     assert prog.work_floats == 264 * 128 * 128
-
-
-@pytest.fixture
-def staging(monkeypatch):
-    monkeypatch.setattr(access, "STAGED_ON", True)
-
-
-SMALL64 = {**model.TILES["64x64"], "sk": 2}
-
-
-def test_b_rows_not_aligned_are_staged_by_the_summed_blocks(stubs, staging):
-    # 300 x 1545 x 6629, B's rows of odd length: 5 x 25 tiles of 64 x 64 in 2 splits, 250 blocks in one
-    # launch (the fake launcher holds 264 resident)
-    p = plan(op("a", (300, 6629), ptr=PA), op("b", (6629, 1545), ptr=PB), op("out", (300, 1545), ptr=PD))
-    prog, launches = run(p, {**SMALL64, "splits": 2}, stubs)
-    (grid, a), = launches  # no copy before the product
-    g = args(launch.GEMM_STAGED, a)
-    tiles, k_split = 5 * 25, 3316
-    assert grid == (tiles * 2, 1, 1) and stubs.built[0][2][1] == access.STAGED
-    assert (g["Bs"], g["ldbs"], g["ldb"]) == (PB, 1545, 1548)  # B as stored; the aligned rows in the workspace
-    assert g["B"] == WORK + 4 * tiles * 2 * 64 * 64 and g["k_split"] == k_split  # after the summed slots
-    chunks = access.stage_chunks(k_split, 8, 3)
-    assert chunks == -(-(k_split // 8 + 1) // 4) and prog.work_floats == tiles * 2 * 64 * 64 + 6629 * 1548
-    assert prog.steps[0].flags[2] == tiles * 2 + 2 * chunks * tiles  # the blocks' flags, then the chunks'
-
-
-def test_staging_needs_one_launch_aligned_rows_off_or_a_staging_build(stubs, staging, monkeypatch):
-    b = op("b", (6629, 1545), ptr=PB)
-    p = plan(op("a", (3000, 6629), ptr=PA), b, op("out", (3000, 1545), ptr=PD))
-    run(p, {**SMALL64, "splits": 2}, stubs)  # 47 x 25 tiles in 2 splits: more blocks than are resident
-    assert stubs.built[-1][2] != access.STAGED and not (isinstance(stubs.built[-1][2], tuple)
-                                                          and stubs.built[-1][2][1] == access.STAGED)
-    p = plan(op("a", (300, 6628), ptr=PA), op("b", (6628, 1544), ptr=PB), op("out", (300, 1544), ptr=PD))
-    run(p, {**SMALL64, "splits": 2}, stubs)  # aligned rows: nothing to stage
-    assert stubs.built[-1][2] == 4
-    p = plan(op("a", (300, 6629), ptr=PA), b, op("out", (300, 1545), ptr=PD))
-    run(p, {**model.TILES["32x32"], "sk": 2, "splits": 2}, stubs)  # 32 x 32 summed stages nothing
-    assert not (isinstance(stubs.built[-1][2], tuple) and stubs.built[-1][2][1] == access.STAGED)
-    monkeypatch.setattr(access, "STAGED_ON", False)
-    run(p, {**SMALL64, "splits": 2}, stubs)
-    assert not (isinstance(stubs.built[-1][2], tuple) and stubs.built[-1][2][1] == access.STAGED)
-
-
-def test_the_model_charges_staged_candidates_as_aligned_rows(staging):
-    cfg = {**SMALL64, "splits": 2}
-    assert model.staged("64x64 split2 summed", cfg, 300, 1545, 6629, 1, 528, "NN", 1)
-    assert not model.staged("64x64 split2 summed", cfg, 3000, 1545, 6629, 1, 528, "NN", 1)  # 2 launches
-    assert not model.staged("64x64 split2 summed", cfg, 300, 1545, 6629, 1, 528, "NN", 4)  # aligned
-    assert not model.staged("64x64 split2 summed", cfg, 300, 1545, 6629, 2, 528, "NN", 1)  # a batch
-    assert not model.staged("32x32 split2 summed", {**model.TILES["32x32"], "sk": 2, "splits": 2}, 300, 1545, 6629, 1,
-                            528, "NN", 1)
-    assert not model.staged("64x64 split2 summed", cfg, 300, 1545, 2**28, 1, 528, "NN", 1)  # over COPY_LIMIT
-    # the splits as dispatch runs them: at most ceil(K / 4), so 40 splits of K = 8 are 2, in one launch
-    assert model.staged("64x64 split40 summed", {**cfg, "splits": 40}, 300, 1545, 8, 1, 528, "NN", 1)
 
 
 def test_batches_beyond_the_grid_limit_take_several_launches(stubs):

@@ -176,36 +176,3 @@ def family_widths(layout: str, copies: bool, a: tuple, b: tuple, d: tuple | None
               4 if copies and layout[1] == "T" else by_rows if by_rows in classes else wb,
               4 if d is None else vector_width(d, pairs=True))
     return widths[0] if len(set(widths)) == 1 else widths
-
-
-# B staged by the product's own blocks (gemm.cu's split-K summed in the kernel, tg_staged_b.cuh): rows of
-# B that are not 16-byte aligned copied into aligned rows of the workspace, a chunk of k tiles at a time
-# ahead of the blocks' K loops, and read from there 16 bytes at a time, where the copy before the
-# product (pack.cu) costs a pass over B and reading B as stored takes 4- or 8-byte copies.  Its width
-# code (not a number of floats).  Off until measured against both.
-STAGED = 7
-STAGED_ON = False
-# The blocks of a column of tiles share the staging of its rows, and a block waits for each of their
-# slices of a chunk, one flag a lane of a warp: at most this many tiles to a column.
-STAGE_GROUP = 32
-
-
-def family_staged(layout: str, sk: int, b_width: int, K: int, N: int, count: int, row_tiles: int) -> bool:
-    """Whether the family's split-K summed in the kernel (``sk`` 2) stages B (STAGED): B as stored
-    (NN), one product, B's rows not 16-byte aligned (``b_width``: vector_width of B with pairs; 3 or 6
-    for rows read by rows), its aligned rows at most COPY_LIMIT floats, at most STAGE_GROUP tiles to
-    a column (``row_tiles``), STAGED_ON.  Dispatch also needs the product's blocks in one launch."""
-    return (STAGED_ON and layout == "NN" and sk == 2 and count == 1 and b_width != 4
-            and row_tiles <= STAGE_GROUP and copy_floats((K, N)) <= COPY_LIMIT)
-
-
-def stage_tiles(stages: int) -> int:
-    """k tiles a chunk of B's staged rows (gemm.cu's TG_STAGE_CH): at least the pipeline's stages, so a
-    block's prologue reads only chunk 0."""
-    return max(4, stages)
-
-
-def stage_chunks(k_split: int, bk: int, stages: int) -> int:
-    """Chunks of B's staged rows in a split of ``k_split`` rows: the chunk flags a split needs."""
-    return -(-(-(-k_split // bk)) // stage_tiles(stages))
-

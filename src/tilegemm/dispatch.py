@@ -19,10 +19,10 @@ import numpy as np
 
 from . import gpu, hopper, model, registry
 from .arrays import UNKNOWN, Operand, describe
-from .launch import (GEMM, GEMM_STAGED, RUNG, WGMMA, A, B, C, D, W, Program, Step, launcher, wgmma_launcher,
+from .launch import (GEMM, RUNG, WGMMA, A, B, C, D, W, Program, Step, launcher, wgmma_launcher,
                      wgmma_tf32_launcher)
-from .access import (ROW_CLASSES, STAGED, aligned_cols, copy_floats, family_copies, family_layout, family_staged,
-                     family_widths, stage_chunks, stored_views, vector_width)
+from .access import (ROW_CLASSES, aligned_cols, copy_floats, family_copies, family_layout, family_widths,
+                     stored_views, vector_width)
 from .plan import GRID_Z, Plan, plan
 from .steps import pack_step, reduce_step, tf32_step, tma_step, transpose_step
 
@@ -296,38 +296,26 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
     transposed = layout != g.layout
     if transposed:
         ops[1] = (0, aligned_cols(g.N), 0)
+    copied = family_copies(layout, cp_async, [vector_width(o, pairs=True) for o in ops], g.M, g.N, g.K, g.count)
     views = stored_views(layout, g.M, g.N, g.K)
-    # B's rows not 16-byte aligned staged by the blocks of split-K summed in the kernel (access.family_staged),
-    # where all of the product's blocks fit in one launch; else copied first where that pays, or read as they are
-    staged = (family_staged(layout, sk, vector_width(ops[1], pairs=True), g.K, g.N, g.count, -(-g.M // params["bm"]))
-              and model.stages_b(params))
-    for stage in ((True, False) if staged else (False,)):
-        wops = list(ops)
-        if stage:
-            wops[1] = (0, aligned_cols(g.N), 0)  # read as the aligned rows the blocks write
-        copied = family_copies(layout, cp_async, [vector_width(o, pairs=True) for o in wops], g.M, g.N, g.K, g.count)
-        for i in (0, 1):
-            if copied[i]:
-                wops[i] = (0, aligned_cols(views[i][1]), 0)  # the copy: aligned rows
-        # the parameters with which it reads B's rows of each class by rows, where it does (access.ROW_CLASSES)
-        by_rows = {code: q for code in ROW_CLASSES
-                   if (q := model.by_rows(params, code)) is not None and code in registry.family_row_classes(q)}
-        vec = family_widths(layout, cp_async, wops[0], wops[1], None if sk == 0 and splits > 1 else (at[D], g.ldd, sd),
-                            tuple(by_rows))
-        if stage:
-            vec = (vec[0], STAGED, vec[2]) if isinstance(vec, tuple) else (vec, STAGED, vec)
-        # the build's parameters: B's rows read by rows (model.BY_ROWS_MINB), or not, at the blocks an SM
-        # the arch's build holds where that was measured (model.ARCH_MINB)
-        q = (by_rows[vec[1]] if isinstance(vec, tuple) and vec[1] in by_rows
-             else model.arch_minb(params, layout, vec, gpu.device_properties(device).arch))
-        bcfg = {k: v for k, v in q.items() if k != "splits"} if q is not params else cfg
-        lda, ldb = wops[0][1], wops[1][1]
-        fn = launcher(FAMILY, layout, vec, device, tuple(sorted(bcfg.items())), (lda, ldb))
-        bm, bn = fn.spec.tile(fn.params)
-        tiles = -(-g.M // bm) * -(-g.N // bn)
-        if not stage or tiles * splits <= (fn.resident_blocks() // splits) * splits:
-            break
-    ops, cfg = wops, bcfg
+    for i in (0, 1):
+        if copied[i]:
+            ops[i] = (0, aligned_cols(views[i][1]), 0)  # the copy: aligned rows
+    # the parameters with which it reads B's rows of each class by rows, where it does (access.ROW_CLASSES)
+    by_rows = {code: q for code in ROW_CLASSES
+               if (q := model.by_rows(params, code)) is not None and code in registry.family_row_classes(q)}
+    vec = family_widths(layout, cp_async, ops[0], ops[1], None if sk == 0 and splits > 1 else (at[D], g.ldd, sd),
+                        tuple(by_rows))
+    # the build's parameters: B's rows read by rows (model.BY_ROWS_MINB), or not, at the blocks an SM
+    # the arch's build holds where that was measured (model.ARCH_MINB)
+    q = (by_rows[vec[1]] if isinstance(vec, tuple) and vec[1] in by_rows
+         else model.arch_minb(params, layout, vec, gpu.device_properties(device).arch))
+    if q is not params:
+        cfg = {k: v for k, v in q.items() if k != "splits"}
+    lda, ldb = ops[0][1], ops[1][1]
+    fn = launcher(FAMILY, layout, vec, device, tuple(sorted(cfg.items())), (lda, ldb))
+    bm, bn = fn.spec.tile(fn.params)
+    tiles = -(-g.M // bm) * -(-g.N // bn)
     units = tiles * (g.count if sk else 1) * (splits if sk == 2 else 1)  # blocks one grid indexes
     if units > 2**31 - 1:
         raise ValueError(f"{g.count} x {g.M} x {g.N} has too many {bm} x {bn} tiles for one grid")
@@ -354,10 +342,6 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
         blocks = []
         work = g.count * splits * g.M * ldw if splits > 1 else 0
     steps, src = [], [(A, offs[A]), (B, offs[B])]
-    if stage:  # the aligned rows the blocks stage B into (tg_staged_b.cuh), and their chunks' flags
-        _, work, (_, off, _) = _workspace_copy(work, views[1])
-        src[1] = (W, off)
-        chunk_flags = splits * stage_chunks(k_split, fn.params["bk"], fn.params["stages"]) * tiles
     for i, which in enumerate((A, B)):
         if copied[i]:
             dst, work, (_, off, _) = _workspace_copy(work, views[i])
@@ -370,15 +354,11 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
     (wa, oa), (wb, ob) = src
     if sk:
         for n, first in blocks:
-            ptrs = ((ptr["A"], wa, oa), (ptr["B"], wb, ob), (ptr["C"], C, offs[C]), (ptr["D"], D, offs[D]),
-                    (ptr["W"], W, 0))
-            if stage:  # B as stored, whose rows the blocks stage
-                args = GEMM_STAGED.values(**{**base, "first": first, "Bs": 0, "ldbs": g.ldb})
-                ptrs += ((GEMM_STAGED.slot("Bs"), B, offs[B]),)
-            else:
-                args = GEMM.values(**{**base, "first": first})
-            steps.append(Step(fn.prepare((n, 1, 1), p.pdl), tuple(args), ptrs,
-                              (GEMM.slot("flags"), GEMM.slot("epoch"), n + (chunk_flags if stage else 0))))
+            args = GEMM.values(**{**base, "first": first})
+            steps.append(Step(fn.prepare((n, 1, 1), p.pdl), tuple(args),
+                              ((ptr["A"], wa, oa), (ptr["B"], wb, ob), (ptr["C"], C, offs[C]),
+                               (ptr["D"], D, offs[D]), (ptr["W"], W, 0)),
+                              (GEMM.slot("flags"), GEMM.slot("epoch"), n)))
         return steps, work
     # one block per tile and split; the batch in chunks of the grid's z limit.  With splits > 1 each
     # split writes its own plane of the workspace (rows padded to a multiple of 4 floats, so the

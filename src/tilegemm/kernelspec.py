@@ -108,17 +108,13 @@ class KernelSpec:
         if self.vec:
             widths = (vec,) * 3 if isinstance(vec, int) else tuple(vec)
             by_rows = tuple(access.ROW_CLASSES) if self.row_classes else ()  # two widths by rows: A and B
-            staged = (access.STAGED,) if self.row_classes and layout[1] == "N" else ()  # B staged by the blocks
-            also = " (A and B also 3 or 6: two widths by rows; B as stored also 7: staged)" if self.row_classes else ""
-            allowed = ((1, 2, 4) + by_rows, (1, 2, 4) + by_rows + staged, (1, 2, 4))
-            if len(widths) != 3 or any(w not in ok for w, ok in zip(widths, allowed)):
+            also = " (A and B also 3 or 6: two widths by rows)" if self.row_classes else ""
+            if len(widths) != 3 or any(w not in (1, 2, 4) + (by_rows if i < 2 else ()) for i, w in enumerate(widths)):
                 raise ValueError(f"vec must be 4, 2 or 1, or one of those per operand (A, B, D){also}, got {vec!r}")
             if len(set(widths)) == 1:
                 d["TG_VEC"] = widths[0]
             else:  # per operand (tg_common.cuh)
                 d.update(TG_VEC_A=widths[0], TG_VEC_B=widths[1], TG_VEC_D=widths[2])
-            if widths[1] == access.STAGED:  # k tiles a chunk of B's staged rows, as the host counts them
-                d["TG_STAGE_CH"] = access.stage_tiles(int(params["stages"]))
             if wide:  # 64-bit copy offsets (tg_async.cuh): see needs_wide_offsets
                 d["TG_OFF64"] = 1
         return d

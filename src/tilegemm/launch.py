@@ -19,7 +19,7 @@ import numpy as np
 
 from . import gpu, registry, runtime
 from .occupancy import Limits
-from .access import STAGED, WIDE_LD_MIN, needs_wide_offsets
+from .access import WIDE_LD_MIN, needs_wide_offsets
 
 
 @dataclass(frozen=True)
@@ -60,9 +60,6 @@ GEMM = Signature.of("tilegemm_gemm", "gemm.cu", (
     "M int, N int, K int, A ptr, lda long long, sA long long, B ptr, ldb long long, sB long long, C ptr, "
     "ldc long long, sC long long, D ptr, ldd long long, sD long long, alpha float, beta float, k_split int, "
     "splits int, W ptr, flags ptr, epoch int, count int, first int"))
-# the family's builds that stage B (access.STAGED, split-K summed): the same, then B as stored (B is the
-# aligned rows in the workspace the blocks stage it into)
-GEMM_STAGED = Signature("tilegemm_gemm", "gemm.cu", GEMM.fields + (("Bs", "ptr"), ("ldbs", "long long")))
 # splitk_reduce.cu's tilegemm_splitk_reduce: D = alpha * (the sum of W's splits) + beta * C
 REDUCE = Signature.of("tilegemm_splitk_reduce", "splitk_reduce.cu", (
     "M int, N int, batches int, splits int, W ptr, ldw long long, C ptr, ldc long long, sC long long, D ptr, "
@@ -98,8 +95,7 @@ class Launcher:
         self.spec = spec
         self.params = spec.params(dict(config))
         spec.check(self.params, limits)
-        staged = isinstance(vec, tuple) and vec[1] == STAGED  # B staged by the blocks: two more parameters
-        self.signature = GEMM_STAGED if staged else SIGNATURES[spec.entry]
+        self.signature = SIGNATURES[spec.entry]
         self.block = spec.block(self.params)
         self.smem = spec.smem(self.params)
         self.device = device

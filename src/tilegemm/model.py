@@ -246,12 +246,9 @@ def arch_minb(params: dict, layout: str, widths, arch: str | None) -> dict:
     """The parameters with which the family config ``params`` (every parameter given) runs a product
     of ``layout`` at access widths ``widths`` (access.family_widths: one number or (A, B, D)) on
     ``arch``, not reading B's rows by rows (``by_rows``): minb from ARCH_MINB where it names the
-    candidate's build and B's width in NN (B staged by the blocks: the 16-byte width's), else ``params``."""
+    candidate's build and B's width in NN, else ``params``."""
     b_width = widths[1] if isinstance(widths, tuple) else widths
-    staged, build_ = b_width == access.STAGED, _build_of(params)
-    minb = ARCH_MINB.get(arch, {}).get(build_, {}).get(4 if staged else b_width) if layout == "NN" else None
-    if staged:  # at least the 16-byte build's blocks an SM (STAGED_MINB)
-        minb = max(minb or 0, STAGED_MINB.get(arch, {}).get(build_, 0)) or None
+    minb = ARCH_MINB.get(arch, {}).get(_build_of(params), {}).get(b_width) if layout == "NN" else None
     return params if minb is None else {**params, "minb": minb}
 
 
@@ -284,11 +281,6 @@ def predict(c: dict, name: str, cfg: dict, M: int, N: int, K: int, count: int, p
         c.get(f"{tile}.v", 0.0) * NARROW_SHARE[out_width] * M * N * count * 1e-6 / sms)
 
 
-def run_splits(cfg: dict, K: int) -> int:
-    """The split count ``cfg`` runs with at depth K: at most ceil(K / 4), as dispatch clamps it."""
-    return max(1, min(cfg.get("splits", 1), -(-K // 4)))
-
-
 def _predict(c: dict, tile: str, cfg: dict, M: int, N: int, K: int, count: int, per_sm: int, sms: int,
              width: int) -> float:
     """``predict`` without the narrow stores' term."""
@@ -297,7 +289,7 @@ def _predict(c: dict, tile: str, cfg: dict, M: int, N: int, K: int, count: int, 
     bm, bn, bk = cfg["bm"], cfg["bn"], cfg["bk"]
     tiles = -(-M // bm) * -(-N // bn) * count
     ipt = -(-K // bk)
-    sk, splits = cfg.get("sk", 0), run_splits(cfg, K)
+    sk, splits = cfg.get("sk", 0), max(1, min(cfg.get("splits", 1), -(-K // 4)))
     if sk == 1:
         grid = per_sm * sms
         whole = tiles // grid
@@ -322,28 +314,6 @@ def _predict(c: dict, tile: str, cfg: dict, M: int, N: int, K: int, count: int, 
     return t
 
 
-# The builds that stage B's rows (access.STAGED): the summed builds but 32 x 32's, whose staging build
-# spilled (NVRTC 13.5, sm_90: 8 stores).  The staging took ptxas left free more registers, and two of them
-# a block an SM: 64 x 128 summed 163 against 126 (3 blocks, not 4), 64 x 64 summed 117 against 80 (4, not
-# 6); built at their 16-byte builds' blocks (STAGED_MINB) they take 118 and 80, no spills (tests/test_compile.py).
-STAGED_BUILDS = ("128x128 summed", "64x128 summed", "128x64 summed", "64x64 summed", "64x64f summed")
-STAGED_MINB = {"sm_90": {"64x128 summed": 4, "64x64 summed": 6}}  # by arch, as ARCH_MINB
-
-
-def stages_b(params: dict) -> bool:
-    """Whether the family config ``params`` (every parameter given) is one of STAGED_BUILDS."""
-    return _build_of(params) in STAGED_BUILDS
-
-
-def staged(name: str, cfg: dict, M: int, N: int, K: int, count: int, slots: int, layout: str, width: int) -> bool:
-    """Whether candidate ``name`` stages B (access.family_staged; B's rows ``width`` floats wide at best):
-    one of STAGED_BUILDS, its blocks in one launch (at most ``slots`` resident, its splits as dispatch
-    runs them); then charged as 16-byte rows."""
-    rows = -(-M // cfg["bm"])  # tiles to a column
-    return (build(name) in STAGED_BUILDS and access.family_staged(layout, cfg.get("sk", 0), width, K, N, count, rows)
-            and rows * -(-N // cfg["bn"]) * count * run_splits(cfg, K) <= slots)
-
-
 def ranked(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int,
            layout: str = "NN", width: int | None = None, out_width: int | None = None,
            near: dict | None = None) -> list[tuple[str, dict, float]]:
@@ -359,9 +329,7 @@ def ranked(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int,
     out_width = access.out_width(N) if out_width is None else out_width
     cands = [(name, cfg) for name, cfg in candidates(M, N, K, count, sms, per_sm)
              if build(name) in per_sm and f"{name.split()[0]}.f" in c]
-    widths = {name: 4 if staged(name, cfg, M, N, K, count, per_sm[build(name)] * sms, layout, width)
-              else read_width(name, width, a_width)
-              for name, cfg in cands}
+    widths = {name: read_width(name, width, a_width) for name, _ in cands}
     corr = {}
     if count == 1 and layout == RESIDUALS_LAYOUT:
         for w in set(widths.values()):

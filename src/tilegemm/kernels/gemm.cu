@@ -22,8 +22,7 @@
 //              TF32x3 (tg_mma.cuh; rung 9): warps of 64 x 32, TM = TN = 8, BK a multiple of 8,
 //              STAGES >= 2; LN and ORDER are not used
 //   TG_VEC_A, TG_VEC_B, TG_VEC_D: each operand's access width (tg_common.cuh; 3 or 6 for A or B: rows of
-//              odd length, or of twice an odd length, copied by rows, tg_async.cuh's RowClassTile; 7 for
-//              B with SK = 2: its rows staged into aligned rows by the blocks, tg_staged_b.cuh); TG_TRANS_A,
+//              odd length, or of twice an odd length, copied by rows, tg_async.cuh's RowClassTile); TG_TRANS_A,
 //              TG_TRANS_B as in every rung; TG_OFF64 as in tg_async.cuh
 //   KS         k slices a block: KS groups of (BM/TM) x (BN/TN) threads share each stage's copies and
 //              each reads BK/KS of its k rows into its own accumulators of the whole tile; at the end
@@ -47,12 +46,6 @@
 // visible (it returns at once after an ordinary launch).
 #include "tg_tiles.cuh"
 #include "tg_async.cuh"
-#define TG_STAGED_B (TG_VEC_B == TG_STAGED)
-#if TG_STAGED_B
-#include "tg_staged_b.cuh"
-#else
-struct TgStage {};  // B not staged
-#endif
 #if MMA
 #define TG_MMA_PASSES MMA
 #include "tg_mma.cuh"
@@ -130,8 +123,6 @@ static_assert(KS == 1 || (KS >= 2 && KS <= 4 && BK % (2 * KS) == 0 && NTS % 32 =
               "KS > 1: BK an even multiple of KS (a tile's next first row lands in fragment buffer 0), whole warps a "
               "slice, a cp.async pipeline, FFMAs, one block per tile");
 static_assert(SK >= 0 && SK <= 2, "SK is 0 (a block per tile), 1 (stream-K) or 2 (split-K summed in the kernel)");
-static_assert(!TG_STAGED_B || (SK == 2 && STAGES >= 2 && MMA == 0 && TG_TRANS_B == 0),
-              "B staged by the blocks (TG_VEC_B = 7): split-K summed in the kernel, a cp.async pipeline of FFMAs, B as stored");
 
 #if MINB > 0
 #define TG_BOUNDS __launch_bounds__(NT, MINB)
@@ -287,18 +278,11 @@ __device__ __forceinline__ void k_loop_registers(float (*acc)[TN], float *smem, 
 // offset, moved by additions (no multiply on the FMA pipe), locates both.
 __device__ __forceinline__ void k_loop_async(float (*acc)[TN], float *smem, const float *A, tg_idx lda,
                                              const float *B, tg_idx ldb, int M, int N, int K, int m0,
-                                             int n0, int tid, int ao, int bo, const TgStage *stage = nullptr) {
+                                             int n0, int tid, int ao, int bo) {
 #if STAGES >= 2
     constexpr int SA = BK * LDA_S, SS = SA + BK * LDB_S;  // floats: A tile, whole stage [A | B]
     const unsigned s0 = tg_smem(smem);
     const int T = (K + BK - 1) / BK;   // tiles; the first holds k in [K - T*BK, K - (T-1)*BK)
-#if TG_STAGED_B
-    // B's rows staged by the blocks (tg_staged_b.cuh): this block's slices of the first chunks, then
-    // the chunk of the tiles the prologue copies (CH >= STAGES: chunk 0)
-    for (int c = 0; c < TG_STAGE_AHEAD; ++c) tg_stage_copy<BK, NT>(*stage, c, tid);
-    tg_stage_wait<BK, NT>(*stage, 0, tid);
-    __syncthreads();
-#endif
     AsyncOperands<BM, BN, BK, NT, LDA_S, LDB_S> g;
     g.init(A, lda, B, ldb, M, N, K, m0, n0, K - T * BK, tid);
     g.template copy<true>(s0, s0 + 4 * SA, true, lda, ldb, tid);
@@ -313,9 +297,6 @@ __device__ __forceinline__ void k_loop_async(float (*acc)[TN], float *smem, cons
 
     int ro = 0, wo = (STAGES - 1) * SS;  // offsets of the stage read now (tile t) and filled now
     for (int t = 0; t < T; ++t) {
-#if TG_STAGED_B
-        if (t % TG_STAGE_CH == 0) tg_stage_copy<BK, NT>(*stage, t / TG_STAGE_CH + TG_STAGE_AHEAD, tid);
-#endif
         g.template copy<false>(s0 + 4 * wo, s0 + 4 * (wo + SA), t + STAGES - 1 < T, lda, ldb, tid);
         const float *as = as0 + ro, *bs = bs0 + ro;
 #pragma unroll
@@ -324,10 +305,6 @@ __device__ __forceinline__ void k_loop_async(float (*acc)[TN], float *smem, cons
             frag<TN / 4, COLS_T * 4>(b[(k + 1) % 2], bs + (k + 1) * LDB_S);
             outer(acc, a[k % 2], b[k % 2]);
         }
-#if TG_STAGED_B
-        // the tile the next round copies (t + STAGES) starts a chunk: every slice of it, before the barrier
-        if ((t + STAGES) % TG_STAGE_CH == 0 && t + STAGES < T) tg_stage_wait<BK, NT>(*stage, (t + STAGES) / TG_STAGE_CH, tid);
-#endif
         tg_cp_wait<STAGES - 2>();  // this thread's copies of tile t+1 have landed...
         __syncthreads();           // ...and everyone's; everyone is done reading tile t
         wo = ro;
@@ -391,8 +368,7 @@ __device__ __forceinline__ void tile_origin(int r, int M, int N, int &m0, int &n
 
 // acc = the product of the tile at (m0, n0) over the K columns of A (rows of B) that A and B start at
 __device__ __forceinline__ void tile_mac(float (*acc)[TN], float *smem, const float *A, tg_idx lda, const float *B,
-                                         tg_idx ldb, int M, int N, int K, int m0, int n0, int tid, int tr, int tc,
-                                         const TgStage *stage = nullptr) {
+                                         tg_idx ldb, int M, int N, int K, int m0, int n0, int tid, int tr, int tc) {
 #pragma unroll
     for (int i = 0; i < TM; ++i)
 #pragma unroll
@@ -400,7 +376,7 @@ __device__ __forceinline__ void tile_mac(float (*acc)[TN], float *smem, const fl
     const int ao = tr * 4, bo = tc * 4;  // a thread's first column in the As / Bs rows
     const bool interior = m0 + BM <= M && n0 + BN <= N;
     if (MMA)              k_loop_mma(acc, smem, A, lda, B, ldb, M, N, K, m0, n0, tid);
-    else if (STAGES >= 2) k_loop_async(acc, smem, A, lda, B, ldb, M, N, K, m0, n0, tid, ao, bo, stage);
+    else if (STAGES >= 2) k_loop_async(acc, smem, A, lda, B, ldb, M, N, K, m0, n0, tid, ao, bo);
     else                  k_loop_registers(acc, smem, A, lda, B, ldb, M, N, K, m0, n0, interior, tid, ao, bo);
 }
 
@@ -467,19 +443,11 @@ __device__ __forceinline__ void share_fixup(const float *first, const float *sec
     }
 }
 
-// the builds that stage B (TG_VEC_B = 7) take B as stored last; B is then its aligned rows in the workspace
-#if TG_STAGED_B
-#define TG_STAGE_PARAMS , const float *__restrict__ Bs, long long ldbs
-#define TG_B_RESTRICT  // B: the aligned rows the blocks write (tg_staged_b.cuh), so not a restrict pointer
-#else
-#define TG_STAGE_PARAMS
-#define TG_B_RESTRICT __restrict__
-#endif
 extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
     int M, int N, int K, const float *__restrict__ A, long long lda, long long sA,
-    const float *TG_B_RESTRICT B, long long ldb, long long sB, const float *C, long long ldc,
+    const float *__restrict__ B, long long ldb, long long sB, const float *C, long long ldc,
     long long sC, float *D, long long ldd, long long sD, float alpha, float beta, int k_split,
-    int splits, float *W, int *flags, int epoch, int count, int first TG_STAGE_PARAMS) {
+    int splits, float *W, int *flags, int epoch, int count, int first) {
     extern __shared__ __align__(16) float smem[];
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");  // PDL: see the header
@@ -555,20 +523,8 @@ extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
     int m0, n0;
     tile_origin(t - z * tiles, M, N, m0, n0);
     const int k0 = s * k_split;
-#if TG_STAGED_B
-    // B staged by the blocks (tg_staged_b.cuh): split s's rows of a column of tiles by the blocks of
-    // split s of the column's tiles, one launch of one product (z = 0); the chunk flags after the
-    // blocks' own, split s's at s * chunks * tiles, chunk c's at c * tiles, the column's at n0 / BN * rows of tiles
-    const int chunks = tg_stage_chunks((k_split + BK - 1) / BK), rows = min(K - k0, k_split), tm = (M + BM - 1) / BM;
-    const TgStage stage{Bs + tg_b_off(k0, n0, ldbs), ldbs, const_cast<float *>(B) + tg_b_off(k0, n0, ldb), ldb,
-                        flags + gridDim.x + s * chunks * tiles + n0 / BN * tm, tiles, epoch, tm, m0 / BM,
-                        min(BN, N - n0), rows, (rows + BK - 1) / BK};
-    const TgStage *st = &stage;
-#else
-    const TgStage *st = nullptr;
-#endif
     tile_mac(acc, smem, A + z * sA + tg_a_off(0, k0, lda), lda, B + z * sB + tg_b_off(k0, 0, ldb), ldb, M, N,
-             min(K - k0, k_split), m0, n0, tid, tr, tc, st);
+             min(K - k0, k_split), m0, n0, tid, tr, tc);
     // scalar, coalesced stores (a float4 store of raw accumulators ties them to register quads)
     float *slot = W + (tg_idx)blockIdx.x * SLOT + tid;
 #pragma unroll

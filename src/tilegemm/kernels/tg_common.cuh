@@ -36,16 +36,11 @@
 // 3 for rows of odd length (the rows that start 8-byte aligned copied 8 bytes at a time, the others
 // 4), 6 for rows of twice an odd length (the rows that start 16-byte aligned 16 bytes at a time, the
 // others 8).
-// B also 7 (TG_STAGED): its rows copied into aligned rows by the product's own blocks ahead of their
-// K loops (gemm.cu's SK = 2, tg_staged_b.cuh), the tiles then read from those 16 bytes at a time.
 #define TG_WIDTH_OK(w) ((w) == 4 || (w) == 2 || (w) == 1)
 #define TG_ROWS_OK(w) (TG_WIDTH_OK(w) || (w) == 3 || (w) == 6)
-#define TG_STAGED 7
-#define TG_TILE_VEC(w) ((w) == TG_STAGED ? 4 : (w))  // the width a tile's copies take
-static_assert(TG_WIDTH_OK(TG_VEC) && TG_WIDTH_OK(TG_VEC_D) && TG_ROWS_OK(TG_VEC_A) &&
-                  (TG_ROWS_OK(TG_VEC_B) || TG_VEC_B == TG_STAGED),
+static_assert(TG_WIDTH_OK(TG_VEC) && TG_WIDTH_OK(TG_VEC_D) && TG_ROWS_OK(TG_VEC_A) && TG_ROWS_OK(TG_VEC_B),
               "access widths are 4 (16-byte accesses), 2 (8-byte) or 1 (4-byte); A and B also 3 or 6 (two "
-              "widths by rows); B also 7 (staged by the product's blocks)");
+              "widths by rows)");
 
 typedef long long tg_idx;
 

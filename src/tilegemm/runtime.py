@@ -47,6 +47,24 @@ def check(err, what: str) -> None:
         raise RuntimeError(f"{what} failed: {getattr(err, 'name', err)}")
 
 
+def bind(device: int) -> None:
+    """Make ``device``'s primary context current on this thread (``cudaSetDevice`` does).  A thread that
+    has made no runtime call has no current context, and CuPy's ``Device(...)`` binds none where the
+    device already is the thread's (torch's autograd threads, a new ``threading.Thread``): driver calls
+    from it fail with CUDA_ERROR_INVALID_CONTEXT."""
+    gpu.cupy().cuda.runtime.setDevice(int(device))
+
+
+def bound(device: int, call) -> tuple:
+    """``call()`` (a driver call's result tuple, its CUresult first), again after ``bind(device)`` where
+    it found no current context.  The common path pays nothing."""
+    res = call()
+    if res[0] == _driver().CUresult.CUDA_ERROR_INVALID_CONTEXT:
+        bind(device)
+        res = call()
+    return res
+
+
 class LoadedKernel:
     """A compiled kernel loaded on one device."""
 
@@ -55,6 +73,7 @@ class LoadedKernel:
         self.compiled = compiled
         self.device = device
         with cupy.cuda.Device(device):
+            bind(device)  # a thread without a current context (bind); once a kernel
             self._module = cupy.cuda.function.Module()
             self._module.load(compiled.cubin)
             self._fn = self._module.get_function(compiled.entry)
@@ -74,9 +93,9 @@ class LoadedKernel:
                     f"{self.compiled.name} asks for {nbytes} bytes of dynamic shared memory, more "
                     f"than {props.name} allows a block ({props.smem_per_block_optin} bytes)"
                 )
-            (err,) = driver.cuFuncSetAttribute(
+            (err,) = bound(self.device, lambda: driver.cuFuncSetAttribute(
                 driver.CUfunction(self._fn.ptr),
-                driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes)
+                driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes))
             check(err, "cuFuncSetAttribute")
             self._smem_limit = nbytes
 
@@ -88,7 +107,7 @@ class LoadedKernel:
         if launch is None:
             if smem:
                 self.allow_smem(smem)
-            launch = PreparedLaunch(self._fn.ptr, *key)
+            launch = PreparedLaunch(self._fn.ptr, *key, device=self.device)
             if len(self._prepared) < 1024:
                 self._prepared[key] = launch
         return launch
@@ -106,8 +125,8 @@ class LoadedKernel:
         if smem:
             self.allow_smem(smem)
         with gpu.cupy().cuda.Device(self.device):
-            err, blocks = driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
-                driver.CUfunction(self._fn.ptr), int(threads), int(smem))
+            err, blocks = bound(self.device, lambda: driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                driver.CUfunction(self._fn.ptr), int(threads), int(smem)))
         check(err, "cuOccupancyMaxActiveBlocksPerMultiprocessor")
         return int(blocks)
 
@@ -118,8 +137,10 @@ class PreparedLaunch:
     parameter buffer are built once; each call packs the values (Python numbers) and sets the
     stream under a lock (the driver copies the parameters during the call)."""
 
-    def __init__(self, fn_ptr: int, grid: tuple, block: tuple, types: tuple, smem: int = 0, pdl: bool = False):
+    def __init__(self, fn_ptr: int, grid: tuple, block: tuple, types: tuple, smem: int = 0, pdl: bool = False,
+                 device: int | None = None):
         driver = _driver()
+        self._device = device  # whose primary context a launch from a thread without one binds (bind)
         self._driver = driver
         self._fn = driver.CUfunction(fn_ptr)
         fmt, offsets = _layout(types)
@@ -152,7 +173,7 @@ class PreparedLaunch:
         if not self.pdl:
             return self
         if self._plain is None:
-            self._plain = PreparedLaunch(*self._key, pdl=False)
+            self._plain = PreparedLaunch(*self._key, pdl=False, device=self._device)
         return self._plain
 
     def __call__(self, args, stream) -> None:
@@ -161,6 +182,9 @@ class PreparedLaunch:
             self._fmt.pack_into(self._buf, self._base, *args)
             self._cfg.hStream = driver.CUstream(int(getattr(stream, "ptr", 0) or 0))
             (err,) = driver.cuLaunchKernelEx(self._cfg, self._fn, self._params, 0)
+            if err == driver.CUresult.CUDA_ERROR_INVALID_CONTEXT and self._device is not None:
+                bind(self._device)  # a thread without a current context: nothing was launched
+                (err,) = driver.cuLaunchKernelEx(self._cfg, self._fn, self._params, 0)
         if err != driver.CUresult.CUDA_SUCCESS:
             raise RuntimeError(f"cuLaunchKernelEx failed: {err.name}")
 

@@ -1,13 +1,14 @@
 """GPU: the call path's own behaviour: autotune on a miss, the repeat-call memo's bound and its
-clearing, and numpy inputs through the whole path."""
+clearing, numpy inputs through the whole path, and calls from threads without a CUDA context."""
 
 import json
+import threading
 
 import numpy as np
 import pytest
 
 import tilegemm
-from tilegemm import fastpath, gpu, selection
+from tilegemm import fastpath, gpu, model, selection
 
 pytestmark = pytest.mark.gpu
 
@@ -165,3 +166,33 @@ def test_a_remembered_gemm_with_c_alpha_and_beta(cp):
         out = tilegemm.gemm(a, b4, alpha=1.0 + i / 64)
         assert err(out, ref(a, b4, cp.zeros((M, N4), np.float32), 1.0 + i / 64, 0.0)) < TOL
     assert fastpath.size() <= before + fastpath.SCALAR_VARIANTS
+
+
+
+@pytest.mark.parametrize("config", [None, {**model.TILES["64x64f"], "splits": 3, "sk": 2}], ids=["default", "summed"])
+def test_calls_from_threads_without_a_current_context(cp, config):
+    """A thread that has made no CUDA runtime call has no current context (torch's autograd threads
+    are such threads); a call from one, planned there (its launch's occupancy query too) or
+    remembered, runs as from the main thread.  Each thread makes no CUDA call before tilegemm's."""
+    rng = cp.random.default_rng()
+    a = rng.standard_normal((131, 1003), dtype=np.float32)
+    b = rng.standard_normal((1003, 77), dtype=np.float32)
+    outs = [cp.full((131, 77), np.nan, dtype=np.float32) for _ in range(2)]
+    cp.cuda.Device().synchronize()
+    tilegemm.clear_caches()
+    errors = []
+
+    def call(out):
+        try:
+            tilegemm.matmul(a, b, out=out, config=config)
+        except Exception as e:  # noqa: BLE001 (reported by the test's thread)
+            errors.append(e)
+
+    for out in outs:  # the first plans the call in its thread, the second finds it remembered
+        t = threading.Thread(target=call, args=(out,))
+        t.start()
+        t.join()
+    assert not errors, errors
+    cp.cuda.Device().synchronize()
+    for out in outs:
+        assert _err(cp, out, a, b) < TOL

@@ -116,13 +116,14 @@ def run(args) -> int:
     configs, occupancy = timed, {n: per_sm[model.build(n)] for n in timed}
     rows = []
     # pairs: the kernels read rows that are 8- but not 16-byte aligned 8 bytes at a time; odd_copies:
-    # rows read 4 bytes at a time are copied from access.ODD_COPY_MACS_PER_ELEMENT; the flags of
+    # rows read 4 bytes at a time are copied from access.ODD_COPY_MACS_PER_ELEMENT (odd_copy_macs); the flags of
     # calibration.ROW_CLASS_FLAGS: the builds of model.BY_ROWS_BUILDS read those classes of rows by
     # rows (the calibration's loader labels the rows accordingly; files without them were measured before);
     # arch_minb: the builds were run, and their blocks per SM counted, at model.ARCH_MINB's minb
     doc = results.document(rows, cmd=results.command(prog="python scripts/calibrate.py"), kind="calibration",
                            seed=args.seed, n=args.n, draw=draw, timer="graph" if args.small else "events",
-                           configs=configs, blocks_per_sm=occupancy, pairs=True, odd_copies=True, arch_minb=True,
+                           configs=configs, blocks_per_sm=occupancy, pairs=True, odd_copies=True,
+                           odd_copy_macs=access.ODD_COPY_MACS_PER_ELEMENT, arch_minb=True,
                            **dict.fromkeys(calibration.ROW_CLASS_FLAGS.values(), True),
                            layout=args.layout, **({"tiles": args.tiles} if args.tiles else {}),
                            **({"filling_only": True} if args.filling_only else {}),

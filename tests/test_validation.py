@@ -282,13 +282,15 @@ def test_vector_width_follows_alignment():
 
 def test_row_width_follows_the_layout():
     """The width the cost model charges: A's rows (of M) count in TN / TT, B's (of N) in NN / TN."""
-    assert min(access.row_widths("NN", 1000, 1001, 64)) == 1 and min(access.row_widths("NN", 1000, 1002, 64)) == 2
+    assert min(access.row_widths("NN", 500, 1001, 64)) == 1 and min(access.row_widths("NN", 1000, 1002, 64)) == 2
     assert min(access.row_widths("NT", 1001, 1001, 64)) == 4  # both copied across their rows
-    assert min(access.row_widths("TN", 1001, 1000, 64)) == 1 and min(access.row_widths("TT", 1002, 1001, 64)) == 2
-    assert min(access.row_widths("NN", 1000, 1002, 64, pairs=False)) == 1
+    assert min(access.row_widths("TN", 1001, 500, 64)) == 1 and min(access.row_widths("TT", 1002, 1001, 64)) == 2
+    assert min(access.row_widths("NN", 500, 1002, 64, pairs=False)) == 1
     assert min(access.row_widths("NN", 4096, 1001, 4096)) == 4  # B is copied into aligned rows (M >= 2048)
-    assert min(access.row_widths("NN", 1024, 1001, 4096)) == 4  # rows 4 bytes off: copied from M >= 1024
-    assert min(access.row_widths("NN", 1024, 1001, 4096, odd=False)) == 1  # as calibrations before that ran
+    assert min(access.row_widths("NN", 512, 1001, 4096)) == 4  # rows 4 bytes off: copied from M >= 512
+    assert min(access.row_widths("NN", 511, 1001, 4096)) == 1
+    assert min(access.row_widths("NN", 1000, 1001, 4096, odd_from=1024)) == 1  # as calibrations under 1024 ran
+    assert min(access.row_widths("NN", 1024, 1001, 4096, odd=False)) == 1  # as calibrations before any ran
     assert min(access.row_widths("NN", 1024, 1002, 4096)) == 2  # 8-byte aligned rows: from 2048
 
 
@@ -397,7 +399,7 @@ def test_rows_by_rows_by_build():
     assert model.read_width("128x128", 2, a_width=2) == 2  # A's rows (TN) at 8 bytes: never by rows
     assert model.read_width("128x128", 2, a_width=1) == 1
     assert model.read_width("128x128", 4, a_width=2) == 2
-    assert access.row_widths("TN", 1001, 1000, 64) == (1, 4) and access.row_widths("NN", 1000, 1001, 64) == (4, 1)
+    assert access.row_widths("TN", 1001, 500, 64) == (1, 4) and access.row_widths("NN", 500, 1001, 64) == (4, 1)
     assert access.row_widths("NT", 1001, 1001, 64) == (4, 4)
     assert access.row_widths("NN", 500, 1002, 8000) == (4, 2)
     assert 0.5 < model.NARROW_SHARE[access.ODD_ROWS] < 1.0
@@ -417,8 +419,8 @@ def test_rows_by_rows_by_build():
                                                             access.ODD_PAIRS, access.out_width(1002)))
     assert ranked["128x128"] < model.predict(c, "128x128", cfg, 500, 1002, 8000, 1, 2, 132, 2, access.out_width(1002))
     # TN with A's rows of odd length (M odd) and B's aligned: A read 4 bytes at a time, charged in full
-    tn = {n: p for n, _, p in model.ranked(c, {"128x128": 2}, 501, 1000, 8000, 1, 132, "TN")}
-    assert tn["128x128"] == pytest.approx(model.predict(c, "128x128", cfg, 501, 1000, 8000, 1, 2, 132, 1, 4))
+    tn = {n: p for n, _, p in model.ranked(c, {"128x128": 2}, 501, 500, 8000, 1, 132, "TN")}
+    assert tn["128x128"] == pytest.approx(model.predict(c, "128x128", cfg, 501, 500, 8000, 1, 2, 132, 1, 4))
     # TN with A's rows of twice an odd length (M = 2 mod 4): A read 8 bytes at a time, charged in full
     tn = {n: p for n, _, p in model.ranked(c, {"128x128": 2}, 502, 1000, 8000, 1, 132, "TN")}
     assert tn["128x128"] == pytest.approx(model.predict(c, "128x128", cfg, 502, 1000, 8000, 1, 2, 132, 2, 4))
@@ -448,8 +450,8 @@ def test_family_transposes_rule():
 
 @pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
 def test_family_copies_rule(layout):
-    def copies(M, N, K, widths=(1, 1), cp_async=True, count=1, odd=True):
-        return access.family_copies(layout, cp_async, widths, M, N, K, count, odd)
+    def copies(M, N, K, widths=(1, 1), cp_async=True, count=1, odd=True, odd_from=None):
+        return access.family_copies(layout, cp_async, widths, M, N, K, count, odd, odd_from)
 
     along = (layout[0] == "T", layout[1] == "N")  # the operands copied along their rows
     big = (2048, 2048, 1000)
@@ -458,16 +460,17 @@ def test_family_copies_rule(layout):
     assert copies(*big, cp_async=False) == (False, False)
     assert copies(*big, count=2) == (False, False)
     assert copies(2048, 2048, 0) == (False, False)
-    # B (K x N) pays from M >= 2048, or M >= 640 when its rows are narrow, or M >= 1024 when they are
+    # B (K x N) pays from M >= 2048, or M >= 640 when its rows are narrow, or M >= 512 when they are
     # not even 8-byte aligned; A (K x M) likewise with N
     assert copies(2047, 2047, 1000, widths=(2, 2)) == (False, False)
-    assert copies(1024, 1024, 1000) == along and copies(1023, 1023, 1000) == (False, False)
+    assert copies(512, 512, 1000) == along and copies(511, 511, 1000) == (False, False)
+    assert copies(1023, 1023, 1000, odd_from=1024) == (False, False)  # the calibrations' first threshold
     assert copies(1024, 1024, 1000, odd=False) == (False, False)  # the rule before the odd threshold
     assert copies(1024, 1024, 1000, widths=(2, 2)) == (False, False)
     assert copies(1024, 1024, 1000, widths=(1, 2)) == (along[0], False)
     assert copies(640, 384, 1000, widths=(2, 2)) == (along[0] and False, along[1])
     assert copies(384, 640, 1000, widths=(2, 2)) == (along[0], along[1] and False)
-    assert copies(639, 384, 1000)[1] is False and copies(640, 385, 1000, widths=(2, 2))[1] is False
+    assert copies(639, 384, 1000, widths=(2, 2))[1] is False and copies(640, 385, 1000, widths=(2, 2))[1] is False
     with pytest.raises(ValueError, match="access widths"):
         copies(*big, widths=(True, False))  # the aligned booleans of the rule before widths
     # more multiply-adds per element copied never turns a copy off

@@ -50,23 +50,29 @@ def copy_floats(view: tuple) -> int:
 # COPY_MACS_PER_ELEMENT (the copy then costs at most about 3%), or NARROW_COPY_MACS_PER_ELEMENT for
 # rows of at most NARROW_ROWS floats, or ODD_COPY_MACS_PER_ELEMENT for rows that are not even 8-byte
 # aligned (read 4 bytes at a time: on 40 shapes with B's rows so, copying B gained 8.8% on average
-# from M = 1000, 1.7% from 500, and lost 9.5% below; rows 8-byte aligned gained nothing).
+# from M = 1000, 1.7% from 500, and lost 9.5% below; rows 8-byte aligned gained nothing; on 20 fresh
+# shapes with 512 <= M < 1024, 0.7%, the three below 0.90x rising to 0.88-0.96x: 4-byte reads of
+# rows off a 16-byte boundary cost the shared-memory pipe more than their bytes, docs/perf-notes.md).
+# ODD_COPY_MACS_FIRST: the threshold calibrations marked "odd_copies" without "odd_copy_macs" ran under.
 COPY_MACS_PER_ELEMENT = 2048
 NARROW_ROWS = 384
 NARROW_COPY_MACS_PER_ELEMENT = 640
-ODD_COPY_MACS_PER_ELEMENT = 1024
+ODD_COPY_MACS_PER_ELEMENT = 512
+ODD_COPY_MACS_FIRST = 1024
 # No copy holds more floats than this (1 GiB of workspace); the Hopper path's copies keep the same bound
 COPY_LIMIT = 1 << 28
 
 
 def family_copies(layout: str, copies: bool, widths: tuple, M: int, N: int, K: int, count: int,
-                  odd: bool = True) -> tuple[bool, bool]:
+                  odd: bool = True, odd_from: int | None = None) -> tuple[bool, bool]:
     """Whether the family reads A, B from aligned copies in the workspace: only operands it copies
     along their rows (A as a transposed view, B as stored; ``copies``: the cp.async configs), not
     16-byte aligned (``widths``: A's, B's access width in floats, 4, 2 or 1, as ``vector_width``
     with pairs), one product per run, when the copy pays and holds at most COPY_LIMIT floats.
-    ``odd``: rows of width 1 are copied from ODD_COPY_MACS_PER_ELEMENT (False: the rule before
-    that threshold, which calibrations measured before it ran under)."""
+    ``odd``: rows of width 1 are copied from ``odd_from`` multiply-adds per element (None:
+    ODD_COPY_MACS_PER_ELEMENT; False: the rule before any such threshold, which calibrations measured
+    before it ran under)."""
+    odd_from = ODD_COPY_MACS_PER_ELEMENT if odd_from is None else odd_from
     if any(isinstance(w, bool) or w not in (1, 2, 4) for w in widths):
         raise ValueError(f"widths must be access widths 4, 2 or 1 (floats), not {widths!r}")
     along = (layout[0] == "T", layout[1] == "N")
@@ -78,7 +84,7 @@ def family_copies(layout: str, copies: bool, widths: tuple, M: int, N: int, K: i
         row = views[i][1]
         per = M * N // row  # multiply-adds per element copied
         return (per >= COPY_MACS_PER_ELEMENT or (row <= NARROW_ROWS and per >= NARROW_COPY_MACS_PER_ELEMENT)
-                or (odd and widths[i] == 1 and per >= ODD_COPY_MACS_PER_ELEMENT))
+                or (odd and widths[i] == 1 and per >= odd_from))
 
     return tuple(bool(copies and count == 1 and along[i] and widths[i] != 4 and K > 0 and pays(i)) for i in (0, 1))
 
@@ -118,15 +124,15 @@ def family_layout(p: dict, layout: str, M: int, N: int, K: int, count: int = 1) 
 
 
 def row_widths(layout: str, M: int, N: int, K: int, count: int = 1, pairs: bool = True,
-               odd: bool = True) -> tuple[int, int]:
+               odd: bool = True, odd_from: int | None = None) -> tuple[int, int]:
     """(A's, B's) access width (floats) with which the family's cp.async configs copy each operand
     along its rows, for contiguous operands of this shape: A when a transposed view (rows of M
     floats), B as stored (rows of N); 4 where the rows are 16-byte aligned or copied into aligned
-    rows (``family_copies``, ``odd`` as there) or the operand is copied across its rows, 2 where
+    rows (``family_copies``, ``odd`` and ``odd_from`` as there) or the operand is copied across its rows, 2 where
     they are 8-byte aligned (``pairs``: the kernels take 8-byte accesses), else 1."""
     along = ((layout[0] == "T", M), (layout[1] == "N", N))
     widths = [vector_width((0, n), pairs=pairs) for _, n in along]  # contiguous: 256-byte aligned, rows of n
-    copied = family_copies(layout, True, tuple(widths), M, N, K, count, odd)
+    copied = family_copies(layout, True, tuple(widths), M, N, K, count, odd, odd_from)
     a, b = (4 if copy or not is_along else w for (is_along, _), w, copy in zip(along, widths, copied))
     return a, b
 

@@ -112,7 +112,8 @@ def load_calibration(paths) -> tuple[list[dict], dict, int, str]:
     (the narrower of access.row_widths, and out_width; "width", "out_width") and the width its candidate read with, as the
     model charges it ("read", model.read_width): files measured before the kernels took
     8-byte accesses lack ``"pairs": true``, and those measured before rows read 4 bytes at a time
-    were copied from ``access.ODD_COPY_MACS_PER_ELEMENT`` lack ``"odd_copies": true``; those measured
+    were copied from a threshold lack ``"odd_copies": true``, and ``"odd_copy_macs"`` gives the threshold
+    (access.ODD_COPY_MACS_FIRST where absent); those measured
     before the builds of ``model.BY_ROWS_BUILDS`` read rows of odd length by rows lack
     ``"odd_rows": true``, and their rows were read at width 1; those measured before they read rows
     of twice an odd length by rows lack ``"odd_pairs": true``, and their rows were read at width 2."""
@@ -128,7 +129,8 @@ def load_calibration(paths) -> tuple[list[dict], dict, int, str]:
                 offered[key] = {n for n, _ in model.candidates(*key, d["sms"], builds)}
             if model.current(r["candidate"], r["config"]) and r["candidate"] in offered[key]:
                 pairs = bool(d.get("pairs"))
-                a, b = access.row_widths(r["layout"], *key, pairs=pairs, odd=bool(d.get("odd_copies")))
+                a, b = access.row_widths(r["layout"], *key, pairs=pairs, odd=bool(d.get("odd_copies")),
+                                         odd_from=d.get("odd_copy_macs", access.ODD_COPY_MACS_FIRST))
                 rows.append({**r, "width": min(a, b), "out_width": access.out_width(r["N"], pairs=pairs),
                              "read": model.read_width(r["candidate"], b, a, classes),
                              "marked": bool(d.get("arch_minb")),

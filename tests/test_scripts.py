@@ -27,7 +27,7 @@ def test_script_parses(path):
         assert res.returncode == 0 and "usage:" in res.stdout, res.stderr
 
 
-def test_calibrate_narrow_b_draws_only_shapes_whose_b_is_read_narrow():
+def test_calibrate_narrow_b_draws_only_shapes_whose_b_is_read_narrow(monkeypatch):
     sys.path.insert(0, str(SCRIPTS))
     try:
         import calibrate
@@ -41,7 +41,11 @@ def test_calibrate_narrow_b_draws_only_shapes_whose_b_is_read_narrow():
     assert all(access.row_widths("NN", M, N, K)[1] != 4 for M, N, K, _, _ in shapes)
     full = suites.random_shapes(240, 481, ("NN",), **draw)
     assert shapes == [s for s in full if access.row_widths("NN", *s[:3])[1] != 4][:12]  # the draw's own, in order
-    assert [s[:3] for s in shapes[:3]] == [(425, 579, 7458), (863, 2831, 5175), (160, 14307, 10154)]  # as calibrated
+    # the committed narrow-B calibration drew these under the copy threshold of its day (ODD_COPY_MACS_FIRST)
+    monkeypatch.setattr(access, "ODD_COPY_MACS_PER_ELEMENT", access.ODD_COPY_MACS_FIRST)
+    then = calibrate.narrow_b(12, 481, "NN", draw)
+    assert [s[:3] for s in then[:3]] == [(425, 579, 7458), (863, 2831, 5175), (160, 14307, 10154)]  # as calibrated
+    assert (863, 2831, 5175) not in [s[:3] for s in shapes]  # copied from M = 512 now
     assert {N % 4 for _, N, _, _, _ in shapes} >= {1, 2, 3}  # rows of odd length and of twice an odd length
     with pytest.raises(ValueError, match="NN or TN"):
         calibrate.narrow_b(5, 481, "NT", draw)  # B a transposed view is never read along its rows

@@ -51,7 +51,7 @@ def copy_floats(view: tuple) -> int:
 # rows of at most NARROW_ROWS floats, or ODD_COPY_MACS_PER_ELEMENT for rows that are not even 8-byte
 # aligned (read 4 bytes at a time: on 40 shapes with B's rows so, copying B gained 8.8% on average
 # from M = 1000, 1.7% from 500, and lost 9.5% below; rows 8-byte aligned gained nothing; on 20 fresh
-# shapes with 512 <= M < 1024, 0.7%, the three below 0.90x rising to 0.88-0.96x: 4-byte reads of
+# shapes with 512 <= M < 1024, 0.7%, the three below 0.90x rising to 0.90-0.96x: 4-byte reads of
 # rows off a 16-byte boundary cost the shared-memory pipe more than their bytes, docs/perf-notes.md).
 # ODD_COPY_MACS_FIRST: the threshold calibrations marked "odd_copies" without "odd_copy_macs" ran under.
 COPY_MACS_PER_ELEMENT = 2048

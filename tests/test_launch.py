@@ -385,8 +385,8 @@ def test_copies_launch_as_dependents_where_the_call_asks(stubs):
 
 
 @pytest.mark.parametrize("case", [
-    ("NN", 1000, 401, 1000, {}),              # too few rows of A per element of B: not worth a copy
-    ("NN", 600, 301, 1000, {}),               # narrow rows of B, still too few rows of A
+    ("NN", 500, 401, 1000, {}),               # too few rows of A per element of B: not worth a copy
+    ("NN", 511, 301, 1000, {}),               # narrow rows of B, still too few rows of A
     ("NN", 4096, 304, 1000, {}),              # aligned already
     ("NT", 2047, 301, 1000, {}),              # B's tiles are copied 4 bytes at a time anyway (k along rows; ldb
                                               # 1001), and too few rows of A to transpose it

@@ -182,11 +182,12 @@ class PreparedLaunch:
             self._fmt.pack_into(self._buf, self._base, *args)
             self._cfg.hStream = driver.CUstream(int(getattr(stream, "ptr", 0) or 0))
             (err,) = driver.cuLaunchKernelEx(self._cfg, self._fn, self._params, 0)
-            if err == driver.CUresult.CUDA_ERROR_INVALID_CONTEXT and self._device is not None:
-                bind(self._device)  # a thread without a current context: nothing was launched
-                (err,) = driver.cuLaunchKernelEx(self._cfg, self._fn, self._params, 0)
-        if err != driver.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"cuLaunchKernelEx failed: {err.name}")
+            if err != driver.CUresult.CUDA_SUCCESS:  # the common path tests err once
+                if err == driver.CUresult.CUDA_ERROR_INVALID_CONTEXT and self._device is not None:
+                    bind(self._device)  # a thread without a current context: nothing was launched
+                    (err,) = driver.cuLaunchKernelEx(self._cfg, self._fn, self._params, 0)
+                if err != driver.CUresult.CUDA_SUCCESS:
+                    raise RuntimeError(f"cuLaunchKernelEx failed: {err.name}")
 
 
 _loaded: dict[tuple[int, str], LoadedKernel] = {}

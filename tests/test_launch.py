@@ -6,13 +6,14 @@ their arguments by name, the pointers patched per run and the workspaces are che
 path's arithmetic; the GPU tests check the results themselves.
 """
 
+import enum
 import re
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from tilegemm import access, dispatch, launch, model, registry, steps
+from tilegemm import access, dispatch, launch, model, registry, runtime, steps
 from tilegemm.arrays import Operand
 from tilegemm.compiler import KERNEL_DIR
 from tilegemm.plan import plan
@@ -94,6 +95,7 @@ class FakeLauncher:
     def __init__(self, spec, config, vec, log):
         self.spec, self.params, self.vec, self.log = spec, spec.params(dict(config)), vec, log
         self.signature = launch.SIGNATURES[spec.entry]
+        self.device = 0
 
     def prepare(self, grid, pdl):
         return Prepared(grid, pdl and self.spec.waits, self.log)
@@ -386,7 +388,7 @@ def test_copies_launch_as_dependents_where_the_call_asks(stubs):
 
 @pytest.mark.parametrize("case", [
     ("NN", 500, 401, 1000, {}),               # too few rows of A per element of B: not worth a copy
-    ("NN", 511, 301, 1000, {}),               # narrow rows of B, still too few rows of A
+    ("NN", 600, 302, 1000, {}),               # narrow rows of B (8-byte aligned), still too few rows of A
     ("NN", 4096, 304, 1000, {}),              # aligned already
     ("NT", 2047, 301, 1000, {}),              # B's tiles are copied 4 bytes at a time anyway (k along rows; ldb
                                               # 1001), and too few rows of A to transpose it
@@ -491,3 +493,54 @@ def test_the_memo_redoes_the_overlap_test_exactly(monkeypatch):
     with pytest.raises(ValueError, match="out overlaps a in memory"):
         plan(_op("a", a5), _op("b", b5), _op("out", shifted))
     fastpath.clear()
+
+
+class _Result(enum.Enum):
+    CUDA_SUCCESS = 0
+    CUDA_ERROR_INVALID_VALUE = 1
+    CUDA_ERROR_INVALID_CONTEXT = 201
+
+
+class _FakeDriver:
+    """cuLaunchKernelEx answering the given results in turn."""
+    CUresult = _Result
+    CUlaunchConfig = SimpleNamespace
+
+    def __init__(self, results):
+        self.results, self.calls = list(results), 0
+
+    CUfunction = CUstream = staticmethod(lambda x: x)
+
+    def cuLaunchKernelEx(self, cfg, fn, params, extra):
+        self.calls += 1
+        return (self.results.pop(0),)
+
+
+@pytest.mark.parametrize("results,device,launches,binds,ok", [
+    ([_Result.CUDA_SUCCESS], 0, 1, 0, True),
+    ([_Result.CUDA_ERROR_INVALID_CONTEXT, _Result.CUDA_SUCCESS], 0, 2, 1, True),  # bound, then launched once
+    ([_Result.CUDA_ERROR_INVALID_CONTEXT, _Result.CUDA_ERROR_INVALID_CONTEXT], 0, 2, 1, False),  # retried once only
+    ([_Result.CUDA_ERROR_INVALID_VALUE], 0, 1, 0, False),  # other errors: no retry
+    ([_Result.CUDA_ERROR_INVALID_CONTEXT], None, 1, 0, False),  # no device to bind
+], ids=["ok", "no-context", "no-context-twice", "other-error", "no-device"])
+def test_a_launch_without_a_context_binds_and_retries_once(monkeypatch, results, device, launches, binds, ok):
+    """A launch from a thread without a current context (CUDA_ERROR_INVALID_CONTEXT: nothing launched)
+    binds its device's primary context and launches again, once; any other failure raises at once."""
+    fake, bound_to = _FakeDriver(results), []
+    monkeypatch.setattr(runtime, "_driver", lambda: fake)
+    monkeypatch.setattr(runtime, "bind", bound_to.append)
+    go = runtime.PreparedLaunch(0x1000, (1, 1, 1), (32, 1, 1), ("int",), device=device)
+    if ok:
+        go((7,), None)
+    else:
+        with pytest.raises(RuntimeError, match="cuLaunchKernelEx failed: CUDA_ERROR_INVALID"):
+            go((7,), None)
+    assert fake.calls == launches and len(bound_to) == binds and set(bound_to) <= {device}
+
+
+def test_bound_retries_a_driver_call_once_after_binding(monkeypatch):
+    answers, bound_to = [(_Result.CUDA_ERROR_INVALID_CONTEXT, None), (_Result.CUDA_SUCCESS, 5)], []
+    monkeypatch.setattr(runtime, "_driver", lambda: _FakeDriver([]))
+    monkeypatch.setattr(runtime, "bind", bound_to.append)
+    assert runtime.bound(3, lambda: answers.pop(0)) == (_Result.CUDA_SUCCESS, 5) and bound_to == [3]
+    assert runtime.bound(3, lambda: (_Result.CUDA_SUCCESS, 6)) == (_Result.CUDA_SUCCESS, 6) and bound_to == [3]

@@ -354,3 +354,24 @@ def test_a_calibration_of_the_arch_s_capped_builds_replaces_their_earlier_rows(f
     assert stale > 0 and kept > 0
     assert len(both) == len(rows) - stale + len(new) and per_sm2 == {**per_sm, "128x64 summed": 4}
     assert calibration.load_calibration([marked] + earlier)[1]["128x64 summed"] == 4
+
+
+def test_calibration_rows_keep_the_copy_threshold_they_ran_under(tmp_path):
+    """Rows of odd length are copied from access.ODD_COPY_MACS_PER_ELEMENT multiply-adds per element (512),
+    but the calibrations were measured when that was ODD_COPY_MACS_FIRST (1024): a file without
+    ``"odd_copy_macs"`` keeps its shapes between the two labelled as read 4 bytes at a time, and one that
+    says 512 has them copied (16-byte reads)."""
+    path = ROOT / "benchmarks" / "results" / "experiments" / "NVIDIA-H100-80GB-HBM3-2026-11-25-calibration-narrowb-s481.json"
+    doc = json.loads(path.read_text())
+    assert doc.get("odd_copies") and "odd_copy_macs" not in doc
+    shape = (863, 2831, 5175)  # N odd, ODD_COPY_MACS_PER_ELEMENT <= M < ODD_COPY_MACS_FIRST
+    assert access.ODD_COPY_MACS_PER_ELEMENT <= shape[0] < access.ODD_COPY_MACS_FIRST
+
+    def widths(p):
+        rows = calibration.load_calibration([p])[0]
+        return {r["width"] for r in rows if (r["M"], r["N"], r["K"]) == shape}
+
+    assert widths(path) == {1}
+    marked = tmp_path / path.name
+    marked.write_text(json.dumps({**doc, "odd_copy_macs": access.ODD_COPY_MACS_PER_ELEMENT}))
+    assert widths(marked) == {4}

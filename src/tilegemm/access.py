@@ -51,8 +51,9 @@ def copy_floats(view: tuple) -> int:
 # rows of at most NARROW_ROWS floats, or ODD_COPY_MACS_PER_ELEMENT for rows that are not even 8-byte
 # aligned (read 4 bytes at a time: on 40 shapes with B's rows so, copying B gained 8.8% on average
 # from M = 1000, 1.7% from 500, and lost 9.5% below; rows 8-byte aligned gained nothing; on 20 fresh
-# shapes with 512 <= M < 1024, 0.7%, the three below 0.90x rising to 0.90-0.96x: 4-byte reads of
-# rows off a 16-byte boundary cost the shared-memory pipe more than their bytes, docs/perf-notes.md).
+# shapes with 512 <= M < 1024, 0.7%, the three below 0.90x rising to 0.895-0.961x and one falling
+# to 0.882x: 4-byte reads of rows off a 16-byte boundary cost the shared-memory pipe more than their
+# bytes, docs/perf-notes.md).
 # ODD_COPY_MACS_FIRST: the threshold calibrations marked "odd_copies" without "odd_copy_macs" ran under.
 COPY_MACS_PER_ELEMENT = 2048
 NARROW_ROWS = 384
@@ -69,9 +70,9 @@ def family_copies(layout: str, copies: bool, widths: tuple, M: int, N: int, K: i
     along their rows (A as a transposed view, B as stored; ``copies``: the cp.async configs), not
     16-byte aligned (``widths``: A's, B's access width in floats, 4, 2 or 1, as ``vector_width``
     with pairs), one product per run, when the copy pays and holds at most COPY_LIMIT floats.
-    ``odd``: rows of width 1 are copied from ``odd_from`` multiply-adds per element (None:
-    ODD_COPY_MACS_PER_ELEMENT; False: the rule before any such threshold, which calibrations measured
-    before it ran under)."""
+    ``odd``: whether rows of width 1 have a threshold of their own (False: the rule before there was
+    one, which calibrations measured before it ran under).  ``odd_from``: that threshold, in
+    multiply-adds per element (None: ODD_COPY_MACS_PER_ELEMENT)."""
     odd_from = ODD_COPY_MACS_PER_ELEMENT if odd_from is None else odd_from
     if any(isinstance(w, bool) or w not in (1, 2, 4) for w in widths):
         raise ValueError(f"widths must be access widths 4, 2 or 1 (floats), not {widths!r}")

@@ -46,8 +46,9 @@ def tma_step(p, g, fn, grid, at, offs, vec, splits=1, k_split=None, out=D, ldd=N
     bk = fn.params["bk"]
     # the view each map describes: rows x cols with row stride ld (tg_common.cuh's layouts); A's boxes
     # swizzled as 10_wgmma_tf32x3.cu's a_at reads them
-    ea = encoder(g.M, g.K, lda, bm, bk, 4 * bk) if g.layout[0] == "N" else encoder(g.K, g.M, lda, bk, 32, 128)
-    eb = encoder(g.K, g.N, ldb, bk, bn) if g.layout[1] == "N" else encoder(g.N, g.K, ldb, bn, bk)
+    d = fn.device
+    ea = encoder(g.M, g.K, lda, bm, bk, 4 * bk, d) if g.layout[0] == "N" else encoder(g.K, g.M, lda, bk, 32, 128, d)
+    eb = encoder(g.K, g.N, ldb, bk, bn, 0, d) if g.layout[1] == "N" else encoder(g.N, g.K, ldb, bn, bk, 0, d)
     args = WGMMA.values(M=g.M, N=g.N, K=g.K, tA=bytes(128), tB=bytes(128), A=0, lda=lda, B=0, ldb=ldb, C=0,
                         ldc=g.ldc, D=0, ldd=g.ldd if ldd is None else ldd, sD=sD, alpha=alpha, beta=beta,
                         k_split=k_split or -(-g.K // bk) * bk)
@@ -99,8 +100,9 @@ def tf32_step(g, fn, offs, ops, swap: int, sms: int, splits=1, k_split=None, out
     bk = hopper.TF32_BK
     if k_split is not None and k_split % bk:
         raise ValueError(f"k_split = {k_split} must be a multiple of wgmma_tf32.cu's k tile ({bk})")
-    ea = encoder(g.K, Mk, lda, bk, 32, 128) if fn.params["tg_p_mn"] else encoder(Mk, g.K, lda, 128, bk, 128)
-    eb = encoder(Nk, g.K, ldb, fn.params["bn"], bk, 128)
+    d = fn.device
+    ea = encoder(g.K, Mk, lda, bk, 32, 128, d) if fn.params["tg_p_mn"] else encoder(Mk, g.K, lda, 128, bk, 128, d)
+    eb = encoder(Nk, g.K, ldb, fn.params["bn"], bk, 128, d)
     tiles = fn.spec.grid(Mk, Nk, fn.params)[0]
     grid = (min(tiles, sms), 1, splits)
     S = WGMMA_TF32

@@ -8,15 +8,15 @@ from __future__ import annotations
 import ctypes
 import functools
 
-from .runtime import check
+from .runtime import bound, check
 
 
-def encoder(rows: int, cols: int, ld: int, box_rows: int, box_cols: int, swizzle: int = 0):
+def encoder(rows: int, cols: int, ld: int, box_rows: int, box_cols: int, swizzle: int = 0, device: int = 0):
     """``encode(ptr) -> bytes``: the 128-byte tensor map of the rows x cols float32 view at ``ptr``
     (row stride ``ld`` elements, columns contiguous) copied in boxes of box_rows x box_cols, each box
     row's 16-byte chunks permuted in shared memory by ``swizzle`` (0, 64 or 128: the swizzle span in
     bytes); elements outside the view read as zeros.  ``ptr`` must be 16-byte aligned and ``ld`` a
-    multiple of 4."""
+    multiple of 4.  ``device``: whose context an encoding from a thread without one binds (runtime.bound)."""
     from cuda.bindings import driver as drv
 
     ld = ld if rows > 1 else -(-cols // 4) * 4  # one row: its stride is never used
@@ -27,11 +27,11 @@ def encoder(rows: int, cols: int, ld: int, box_rows: int, box_cols: int, swizzle
 
     @functools.lru_cache(maxsize=32)
     def encode(ptr: int) -> bytes:
-        err, tmap = drv.cuTensorMapEncodeTiled(
+        err, tmap = bound(device, lambda: drv.cuTensorMapEncodeTiled(
             drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, ptr, dims, strides, box, unit,
             drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, getattr(drv.CUtensorMapSwizzle, sw),
             drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-            drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+            drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE))
         check(err, f"cuTensorMapEncodeTiled({rows} x {cols}, ld {ld}, box {box_rows} x {box_cols})")
         return ctypes.string_at(tmap.getPtr(), 128)
 

@@ -701,7 +701,8 @@ def test_arch_minb_builds(cp, build, monkeypatch):
     caps = model.ARCH_MINB.get(gpu.device_properties().arch, {}).get(build, {})
     tilegemm.clear_caches()
     rng = cp.random.default_rng(23)
-    for (M, N, K), width in (((333, 516, 1203), 4), ((129, 258, 2001), 2), ((517, 131, 777), 1)):
+    for (M, N, K), width in (((333, 516, 1203), 4), ((129, 258, 2001), 2), ((509, 131, 777), 1)):
+        assert not any(access.family_copies("NN", True, (4, width), M, N, K, 1))  # B read as stored, at that width
         for splits in ((3, 8) if sk == 2 else (1, 4)):
             cfg = {**model.TILES[tile], "sk": sk, "splits": splits}
             a = rng.standard_normal((M, K), dtype=np.float32)

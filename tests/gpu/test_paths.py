@@ -168,23 +168,27 @@ def test_a_remembered_gemm_with_c_alpha_and_beta(cp):
     assert fastpath.size() <= before + fastpath.SCALAR_VARIANTS
 
 
-
-@pytest.mark.parametrize("config", [None, {**model.TILES["64x64f"], "splits": 3, "sk": 2}], ids=["default", "summed"])
-def test_calls_from_threads_without_a_current_context(cp, config):
+@pytest.mark.parametrize("kwargs", [{}, {"config": {**model.TILES["64x64f"], "splits": 3, "sk": 2}},
+                                    {"precision": "tf32x3"}], ids=["default", "summed", "tf32x3"])
+def test_calls_from_threads_without_a_current_context(cp, kwargs):
     """A thread that has made no CUDA runtime call has no current context (torch's autograd threads
-    are such threads); a call from one, planned there (its launch's occupancy query too) or
-    remembered, runs as from the main thread.  Each thread makes no CUDA call before tilegemm's."""
+    are such threads); a call from one, planned there or remembered, runs as from the main thread: the
+    FFMA family's launches, and on Hopper the tensor-core path's, whose tensor maps are encoded per
+    pointer in the thread.  Each thread makes no CUDA call before tilegemm's."""
+    if "precision" in kwargs and gpu.device_properties().major < 9:
+        pytest.skip("the tf32x3 path with tensor maps is Hopper's")
+    M, N, K = (256, 128, 1024) if "precision" in kwargs else (131, 77, 1003)  # TMA: 16-byte aligned rows
     rng = cp.random.default_rng()
-    a = rng.standard_normal((131, 1003), dtype=np.float32)
-    b = rng.standard_normal((1003, 77), dtype=np.float32)
-    outs = [cp.full((131, 77), np.nan, dtype=np.float32) for _ in range(2)]
+    a = rng.standard_normal((M, K), dtype=np.float32)
+    b = rng.standard_normal((K, N), dtype=np.float32)
+    outs = [cp.full((M, N), np.nan, dtype=np.float32) for _ in range(2)]
     cp.cuda.Device().synchronize()
     tilegemm.clear_caches()
     errors = []
 
     def call(out):
         try:
-            tilegemm.matmul(a, b, out=out, config=config)
+            tilegemm.matmul(a, b, out=out, **kwargs)
         except Exception as e:  # noqa: BLE001 (reported by the test's thread)
             errors.append(e)
 

@@ -55,11 +55,12 @@ def bind(device: int) -> None:
     gpu.cupy().cuda.runtime.setDevice(int(device))
 
 
-def bound(device: int, call) -> tuple:
-    """``call()`` (a driver call's result tuple, its CUresult first), again after ``bind(device)`` where
-    it found no current context.  The common path pays nothing."""
-    res = call()
-    if res[0] == _driver().CUresult.CUDA_ERROR_INVALID_CONTEXT:
+def bound(device: int | None, call, first: tuple | None = None) -> tuple:
+    """``call()`` (a driver call's result tuple, its CUresult first; ``first``: its result where the
+    caller made it already), again after ``bind(device)`` where it found no current context (nothing
+    was done then); with no ``device``, as it came.  The common path pays nothing."""
+    res = call() if first is None else first
+    if device is not None and res[0] == _driver().CUresult.CUDA_ERROR_INVALID_CONTEXT:
         bind(device)
         res = call()
     return res
@@ -73,7 +74,7 @@ class LoadedKernel:
         self.compiled = compiled
         self.device = device
         with cupy.cuda.Device(device):
-            bind(device)  # a thread without a current context (bind); once a kernel
+            bind(device)  # the loading thread may have no current context (bind); once a kernel
             self._module = cupy.cuda.function.Module()
             self._module.load(compiled.cubin)
             self._fn = self._module.get_function(compiled.entry)
@@ -183,9 +184,8 @@ class PreparedLaunch:
             self._cfg.hStream = driver.CUstream(int(getattr(stream, "ptr", 0) or 0))
             (err,) = driver.cuLaunchKernelEx(self._cfg, self._fn, self._params, 0)
             if err != driver.CUresult.CUDA_SUCCESS:  # the common path tests err once
-                if err == driver.CUresult.CUDA_ERROR_INVALID_CONTEXT and self._device is not None:
-                    bind(self._device)  # a thread without a current context: nothing was launched
-                    (err,) = driver.cuLaunchKernelEx(self._cfg, self._fn, self._params, 0)
+                (err,) = bound(self._device, lambda: driver.cuLaunchKernelEx(self._cfg, self._fn, self._params, 0),
+                               (err,))
                 if err != driver.CUresult.CUDA_SUCCESS:
                     raise RuntimeError(f"cuLaunchKernelEx failed: {err.name}")
 

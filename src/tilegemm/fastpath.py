@@ -82,12 +82,17 @@ def _device() -> int:
 _get_device = None
 
 
+SCALARS = 3  # the key's last items: alpha, its sign where it is zero, beta
+
+
 def _key(ma, mb, mo, mc, alpha, beta, kernel, config, pdl, precision) -> tuple:
-    """(the arrays' metadata and the call's options, the scalars): alpha with its sign (-0.0 gives
-    other zeros than 0.0), beta as a value (a zero beta reads no c, whatever its sign)."""
+    """The arrays' metadata and the call's options, then the ``SCALARS`` scalars: alpha with its sign
+    (-0.0 gives other zeros than 0.0; a zero alpha's sign as +-1.0 beside it, a nonzero alpha's is its
+    own), beta as a value (a zero beta reads no c, whatever its sign).  One flat tuple: the hit path
+    builds and hashes it every call."""
     alpha = float(alpha)
-    return ((ma[0], ma[1] % 16, mb[0], mb[1] % 16, mo[0], mo[1] % 16, mc[0], mc[1] % 16, kernel, config, pdl,
-             precision), (alpha, math.copysign(1.0, alpha), float(beta)))
+    return (ma[0], ma[1] % 16, mb[0], mb[1] % 16, mo[0], mo[1] % 16, mc[0], mc[1] % 16, kernel, config, pdl,
+            precision, alpha, alpha or math.copysign(1.0, alpha), float(beta))
 
 
 def call(a, b, out, kernel, config, pdl, precision="fp32", c=None, alpha=1.0, beta=0.0):
@@ -113,14 +118,15 @@ def call(a, b, out, kernel, config, pdl, precision="fp32", c=None, alpha=1.0, be
     stream = stream_for(e.stream, e.device)
     if out is not None:  # the overlap test depends on the pointers: redo it (the full path reports)
         (alo, ahi), (blo, bhi), (olo, ohi) = e.spans
-        po, fa, fb, fo, fc = mo[1], *e.footprints
-        for ptr, lo, hi, fp in ((ma[1], alo, ahi, fa), (mb[1], blo, bhi, fb)):
-            if po + olo < ptr + hi and ptr + lo < po + ohi and shares_bytes(po, fo, ptr, fp):
-                return MISS
+        po, pa, pb = mo[1], ma[1], mb[1]
+        lo, hi = po + olo, po + ohi  # the cheap test on the byte spans first, the exact one where they meet
+        if ((lo < pa + ahi and pa + alo < hi and shares_bytes(po, e.footprints[2], pa, e.footprints[0]))
+                or (lo < pb + bhi and pb + blo < hi and shares_bytes(po, e.footprints[2], pb, e.footprints[1]))):
+            return MISS
         if e.c_span is not None:  # c may be out itself (an in-place update), else apart from it
             clo, chi = e.c_span
-            if (po + olo < mc[1] + chi and mc[1] + clo < po + ohi and (mc[1], mc[0]) != (po, mo[0])
-                    and shares_bytes(po, fo, mc[1], fc)):
+            if (lo < mc[1] + chi and mc[1] + clo < hi and (mc[1], mc[0]) != (po, mo[0])
+                    and shares_bytes(po, e.footprints[2], mc[1], e.footprints[3])):
                 return MISS
         result = out
     else:
@@ -160,7 +166,7 @@ def remember(p: Plan, program: Program | None, generation: int | None = None, c=
         if key in _memo:
             _memo[key] = entry
             return
-        if sum(k[0] == key[0] for k in _memo) >= SCALAR_VARIANTS:
+        if sum(k[:-SCALARS] == key[:-SCALARS] for k in _memo) >= SCALAR_VARIANTS:
             return  # alpha or beta changes from call to call: those calls take the full path
         if len(_memo) >= LIMIT:
             del _memo[next(iter(_memo))]

@@ -52,8 +52,9 @@ def copy_floats(view: tuple) -> int:
 # aligned (read 4 bytes at a time: on 40 shapes with B's rows so, copying B gained 8.8% on average
 # from M = 1000, 1.7% from 500, and lost 9.5% below; rows 8-byte aligned gained nothing; on 20 fresh
 # shapes with 512 <= M < 1024, 0.7%, the three below 0.90x rising to 0.895-0.961x and one falling
-# to 0.882x: 4-byte reads of rows off a 16-byte boundary cost the shared-memory pipe more than their
-# bytes, docs/perf-notes.md).
+# to 0.882x: copies of 4 or 8 bytes take about 2.3x the shared-memory wavefronts of 16-byte copies
+# for the same bytes, aligned or not, on the pipe the K loop's LDS.128 keep busy; docs/perf-notes.md).
+# The copy itself (pack.cu) runs at about a device-to-device copy's rate, so it cannot get much cheaper.
 # ODD_COPY_MACS_FIRST: the threshold calibrations marked "odd_copies" without "odd_copy_macs" ran under.
 COPY_MACS_PER_ELEMENT = 2048
 NARROW_ROWS = 384

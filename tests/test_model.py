@@ -375,3 +375,35 @@ def test_calibration_rows_keep_the_copy_threshold_they_ran_under(tmp_path):
     marked = tmp_path / path.name
     marked.write_text(json.dumps({**doc, "odd_copy_macs": access.ODD_COPY_MACS_PER_ELEMENT}))
     assert widths(marked) == {4}
+
+
+def _tn_pick(table, shape):
+    return model.ranked_for(table, *shape, 1, 132, "TN", arch="sm_90")[0][0]
+
+
+def test_layout_rates_scale_only_their_layout_on_their_gpu(fitted, monkeypatch):
+    """TN ranked by the main set takes the tiles' measured TN rates where they are on: the wide 16 x 8
+    tiles lose to 128 x 128 at 2048 x 2048 x 2048; NN, another GPU's table and a table with a TN set of
+    its own are ranked as without them; off (the default), TN is ranked as without them too."""
+    shape = (2048, 2048, 2048)
+    plain = _tn_pick(fitted, shape)
+    nn = model.ranked_for(fitted, *shape, 1, 132, "NN", arch="sm_90")
+    assert plain.split()[0] in ("128x256", "256x128")  # the premise: the NN constants pick a wide tile
+    monkeypatch.setattr(model, "LAYOUT_RATES_ON", True)
+    assert _tn_pick(fitted, shape).split()[0] == "128x128"
+    assert model.ranked_for(fitted, *shape, 1, 132, "NN", arch="sm_90") == nn
+    assert _tn_pick({**fitted, "gpu": "NVIDIA H200"}, shape) == plain
+    assert _tn_pick({**fitted, "layouts": {**fitted.get("layouts", {}), "TN": fitted}}, shape) == plain
+    monkeypatch.setattr(model, "LAYOUT_RATES_ON", False)
+    assert _tn_pick(fitted, shape) == plain
+
+
+def test_layout_rates_rescale_the_predictions_they_rank(fitted, monkeypatch):
+    shape = (1024, 4096, 4096)
+    before = {n: t for n, _, t in model.ranked_for(fitted, *shape, 1, 132, "TN", arch="sm_90")}
+    monkeypatch.setattr(model, "LAYOUT_RATES_ON", True)
+    after = model.ranked_for(fitted, *shape, 1, 132, "TN", arch="sm_90")
+    rates = model.LAYOUT_RATES[(fitted["gpu"], "TN")]
+    assert [t for _, _, t in after] == sorted(t for _, _, t in after)
+    for n, _, t in after:
+        assert t == pytest.approx(before[n] * rates.get(n.split()[0], 1.0))

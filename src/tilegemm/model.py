@@ -81,6 +81,14 @@ SUMMED_TILES = ("128x128", "64x128", "128x64", "64x64", "64x64f", "32x32")  # al
 SUMMED_MAX_SPLITS = 16
 GLOBALS = ("red0", "red1", "hand", "summed", "launch")
 RESIDUALS_LAYOUT = "NN"  # the layout of the main and small sets' calibrations, whose residuals correct them (residuals.py)
+# A layout the table has no set of its own for is ranked with the main set's constants (fitted to NN),
+# each tile's time scaled by its measured time in that layout against NN, on the GPU measured: in TN
+# (A stored K x M, copied along its rows 16 bytes at a time instead of 4) the same configs on 7 shapes
+# ran the 16 x 8 thread tiles whose warps are 2 or 4 lanes wide 4-7% slower (more L2 sectors, longer
+# waits at the barrier), the 8 x 8 tiles 3-8% faster and 128 x 128 level (docs/perf-notes.md); a tile
+# not measured keeps 1.0
+LAYOUT_RATES = {("NVIDIA H100 80GB HBM3", "TN"): {"256x128": 1.05, "128x256": 1.065, "128x64": 0.955, "64x64f": 0.94}}
+LAYOUT_RATES_ON = False  # off until the picks it changes are measured on a held-out TN draw (docs/perf-notes.md)
 SMALL_ONLY = ("32x32",)  # offered only for products below SMALL_MACS multiply-adds
 SMALL_MACS = 1024**3  # the bench draw's smallest product (suites.DRAW), the small set's bound
 # The share of the narrow-access costs ``u`` and ``l`` paid at each width (access.row_widths): 8-byte accesses
@@ -352,13 +360,18 @@ def ranked_for(table: dict, M: int, N: int, K: int, count: int, sms: int, layout
     """``ranked`` with the set of a model table that serves this shape (``set_for``): its constants,
     blocks per SM (on ``arch``: ``blocks_per_sm``) and residuals; a product the family runs in
     another layout (access.kernel_layout: NT as NN on a transposed copy of B, whose rows are aligned)
-    is ranked as that one."""
+    is ranked as that one; a layout with no set of its own, ranked by the main set, takes LAYOUT_RATES
+    (where LAYOUT_RATES_ON)."""
     run_as = access.kernel_layout(layout, M, N, K, count) if width is None else layout
     if run_as != layout:
         layout, width = run_as, 4
     s = set_for(table, M, N, K, count, layout)
-    return ranked(s["constants"], blocks_per_sm(s["blocks_per_sm"], layout, arch), M, N, K, count, sms, layout,
-                  width, out_width, s.get("residuals"))
+    out = ranked(s["constants"], blocks_per_sm(s["blocks_per_sm"], layout, arch), M, N, K, count, sms, layout,
+                 width, out_width, s.get("residuals"))
+    rates = LAYOUT_RATES.get((table.get("gpu"), layout), {}) if LAYOUT_RATES_ON and s is table else {}
+    if rates:
+        out = sorted(((n, cfg, t * rates.get(n.split()[0], 1.0)) for n, cfg, t in out), key=lambda x: x[2])
+    return out
 
 
 def choose(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int,

@@ -407,3 +407,11 @@ def test_layout_rates_rescale_the_predictions_they_rank(fitted, monkeypatch):
     assert [t for _, _, t in after] == sorted(t for _, _, t in after)
     for n, _, t in after:
         assert t == pytest.approx(before[n] * rates.get(n.split()[0], 1.0))
+
+
+def test_layout_rates_leave_the_small_products_set_alone(fitted, monkeypatch):
+    shape = (600, 700, 900)  # below the small set's bound: ranked by the small set, graph-timed, not scaled
+    assert fitted["small"]["below_macs"] > 600 * 700 * 900
+    before = model.ranked_for(fitted, *shape, 1, 132, "TN", arch="sm_90")
+    monkeypatch.setattr(model, "LAYOUT_RATES_ON", True)
+    assert model.ranked_for(fitted, *shape, 1, 132, "TN", arch="sm_90") == before

@@ -166,7 +166,8 @@ def remember(p: Plan, program: Program | None, generation: int | None = None, c=
         if key in _memo:
             _memo[key] = entry
             return
-        if sum(k[:-SCALARS] == key[:-SCALARS] for k in _memo) >= SCALAR_VARIANTS:
+        arrays = key[:-SCALARS]
+        if sum(k[:-SCALARS] == arrays for k in _memo) >= SCALAR_VARIANTS:
             return  # alpha or beta changes from call to call: those calls take the full path
         if len(_memo) >= LIMIT:
             del _memo[next(iter(_memo))]

@@ -83,11 +83,11 @@ GLOBALS = ("red0", "red1", "hand", "summed", "launch")
 RESIDUALS_LAYOUT = "NN"  # the layout of the main and small sets' calibrations, whose residuals correct them (residuals.py)
 # A layout the table has no set of its own for is ranked with the main set's constants (fitted to NN),
 # each tile's time scaled by its measured time in that layout against NN, on the GPU measured: in TN
-# (A stored K x M, copied along its rows 16 bytes at a time instead of 4) the same configs on 7 shapes
-# ran the 16 x 8 thread tiles whose warps are 2 or 4 lanes wide 4-7% slower (more L2 sectors, longer
-# waits at the barrier), the 8 x 8 tiles 3-8% faster and 128 x 128 level (docs/perf-notes.md); a tile
-# not measured keeps 1.0
-LAYOUT_RATES = {("NVIDIA H100 80GB HBM3", "TN"): {"256x128": 1.05, "128x256": 1.065, "128x64": 0.955, "64x64f": 0.94}}
+# (A stored K x M, copied along its rows 16 bytes at a time instead of 4) the same configs on 4-7 shapes
+# ran the 16 x 8 thread tiles whose warps are 2 or 4 lanes wide 4-7% slower (not in the shared-memory
+# pipe; the cause is open), the 8 x 8 tiles 3-8% faster and 128 x 128 level (docs/perf-notes.md); a
+# tile not measured keeps 1.0
+LAYOUT_RATES = {("NVIDIA H100 80GB HBM3", "TN"): {"256x128": 1.05, "128x256": 1.06, "128x64": 0.955, "64x64f": 0.94}}
 LAYOUT_RATES_ON = False  # off until the picks it changes are measured on a held-out TN draw (docs/perf-notes.md)
 SMALL_ONLY = ("32x32",)  # offered only for products below SMALL_MACS multiply-adds
 SMALL_MACS = 1024**3  # the bench draw's smallest product (suites.DRAW), the small set's bound

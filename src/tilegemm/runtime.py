@@ -74,8 +74,8 @@ class LoadedKernel:
         self.compiled = compiled
         self.device = device
         with cupy.cuda.Device(device):
-            bind(device)  # the loading thread may have no current context (bind); once a kernel
-            self._module = cupy.cuda.function.Module()
+            bind(device)  # the loading thread may have no current context (bind): load into the device's
+            self._module = cupy.cuda.function.Module()  # primary context, where every launch runs
             self._module.load(compiled.cubin)
             self._fn = self._module.get_function(compiled.entry)
         self._smem_limit = gpu.STATIC_SMEM_LIMIT - compiled.resources.shared_bytes

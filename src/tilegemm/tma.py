@@ -11,12 +11,14 @@ import functools
 from .runtime import bound, check
 
 
-def encoder(rows: int, cols: int, ld: int, box_rows: int, box_cols: int, swizzle: int = 0, device: int = 0):
+def encoder(rows: int, cols: int, ld: int, box_rows: int, box_cols: int, swizzle: int = 0,
+            device: int | None = None):
     """``encode(ptr) -> bytes``: the 128-byte tensor map of the rows x cols float32 view at ``ptr``
     (row stride ``ld`` elements, columns contiguous) copied in boxes of box_rows x box_cols, each box
     row's 16-byte chunks permuted in shared memory by ``swizzle`` (0, 64 or 128: the swizzle span in
     bytes); elements outside the view read as zeros.  ``ptr`` must be 16-byte aligned and ``ld`` a
-    multiple of 4.  ``device``: whose context an encoding from a thread without one binds (runtime.bound)."""
+    multiple of 4.  ``device``: whose context an encoding from a thread without one binds (runtime.bound;
+    None: none is bound, the error is raised)."""
     from cuda.bindings import driver as drv
 
     ld = ld if rows > 1 else -(-cols // 4) * 4  # one row: its stride is never used

@@ -75,6 +75,26 @@ def test_filling_splits_fill_the_block_slots():
     assert model.candidates(8000, 8000, 8000, 1, 132, per_sm) == model.candidates(8000, 8000, 8000)  # no splits there
 
 
+def test_the_splits_as_run_cover_k_with_none_empty():
+    """model.split_k is what dispatch launches and what the model prices: at most the splits asked
+    for and ceil(K / 4), each but the last starting at a multiple of 4, none empty."""
+    for K in [0, 1, 3, 4, 5, 17, 1000, 4097, 8191, 65536] + list(range(1, 200, 7)):
+        for asked in (1, 2, 3, 7, 8, 16, 45, 64, 500):
+            splits, k_split = model.split_k(K, asked)
+            assert 1 <= splits <= max(1, min(asked, -(-K // 4))) and k_split % 4 == 0
+            if K:
+                assert (splits - 1) * k_split < K <= splits * k_split  # none empty, all of K covered
+    assert model.split_k(17, 4) == (3, 8) and model.split_k(1000, 64) == (63, 16)
+
+
+def test_the_model_prices_the_splits_that_run(fitted):
+    """1000 split 64 ways runs as 63 splits of 16 (model.split_k): priced as the 63 that run."""
+    c = fitted["constants"]
+    cfg = {**model.TILES["64x64f"], "splits": 64}
+    asked = model.predict(c, "64x64f split64", cfg, 256, 256, 1000, 1, 6, 132)
+    assert asked == model.predict(c, "64x64f split63", {**cfg, "splits": 63}, 256, 256, 1000, 1, 6, 132)
+
+
 def test_stream_k_shares_the_last_wave_of_many(fitted):
     """With 8 * SMs or more of 128 x 128 tiles, no split is offered but WAVE_STREAM_K_TILES run as
     stream-K still: whole waves of whole tiles, the last wave's k-iterations shared.  Where the data-parallel

@@ -281,12 +281,9 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
     sa, sb, sc, sd = g.strides
     cfg = {k: v for k, v in config.items() if k != "splits"}
     sk = cfg.get("sk", 0)
-    # "splits" is at most: every split but the last starts at a multiple of 4 (16-byte loads), so K
-    # allows ceil(K / 4) of them; a config (named by the call, or chosen for a bucket of shapes) that
-    # asks for more runs with that many, so that one config serves any K
-    splits = 1 if sk == 1 else max(1, min(int(config.get("splits", 1)), -(-g.K // 4)))
-    k_split = -(-(-(-g.K // splits)) // 4) * 4  # splits start at multiples of 4 (16-byte aligned loads)
-    splits = -(-g.K // k_split) if g.K else splits  # none left empty by the rounding (K = 17 in 4: 3 of 8)
+    # the splits as run (model.split_k: a config named by the call, or chosen for a bucket of shapes,
+    # that asks for more than K allows runs with as many as it does)
+    splits, k_split = model.split_k(g.K, 1 if sk == 1 else config.get("splits", 1))
     params = registry.FAMILY.params(cfg)
     cp_async = params["stages"] >= 2
     ops = [(at[A], g.lda, sa), (at[B], g.ldb, sb)]

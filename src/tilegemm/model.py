@@ -174,6 +174,16 @@ def filling_splits(tiles: int, slots: int) -> list[int]:
     return sorted({s for s in (slots // tiles, 2 * slots // tiles) if s >= 2}) if tiles > 0 else []
 
 
+def split_k(K: int, splits: int) -> tuple[int, int]:
+    """(splits, k_split) as the family runs ``splits`` over K: every split but the last starts at a
+    multiple of 4 (16-byte loads), so K allows ceil(K / 4) of them and a config asking for more runs
+    with that many (one config serves any K); k_split is rounded up to a multiple of 4, and a split
+    the rounding leaves empty is not run (K = 17 in 4: 3 of 8; K = 1000 in 64: 63 of 16)."""
+    splits = max(1, min(int(splits), -(-K // 4)))
+    k_split = -(-(-(-K // splits)) // 4) * 4
+    return (-(-K // k_split) if k_split else splits), k_split
+
+
 def build(name: str) -> str:
     """The build a candidate runs (its blocks per SM): the tile, "<tile> stream-K" or "<tile> summed";
     a split count is a launch argument, not a build."""
@@ -297,7 +307,8 @@ def _predict(c: dict, tile: str, cfg: dict, M: int, N: int, K: int, count: int, 
     bm, bn, bk = cfg["bm"], cfg["bn"], cfg["bk"]
     tiles = -(-M // bm) * -(-N // bn) * count
     ipt = -(-K // bk)
-    sk, splits = cfg.get("sk", 0), max(1, min(cfg.get("splits", 1), -(-K // 4)))
+    sk = cfg.get("sk", 0)
+    splits, k_split = split_k(K, cfg.get("splits", 1))
     if sk == 1:
         grid = per_sm * sms
         whole = tiles // grid
@@ -307,7 +318,6 @@ def _predict(c: dict, tile: str, cfg: dict, M: int, N: int, K: int, count: int, 
         if rest:
             t += _round(c, tile, per_sm, -(-rest // grid), w) + c["hand"] * share
         return t + c["launch"]
-    k_split = -(-(-(-K // splits)) // 4) * 4
     iters = -(-k_split // bk)
     if sk == 2:
         # a launch holds whole tiles and no more blocks than are resident (dispatch): each launch's

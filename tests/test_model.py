@@ -404,8 +404,10 @@ def _tn_pick(table, shape):
 def test_layout_rates_scale_only_their_layout_on_their_gpu(fitted, monkeypatch):
     """TN ranked by the main set takes the tiles' measured TN rates where they are on: the wide 16 x 8
     tiles lose to 128 x 128 at 2048 x 2048 x 2048; NN, another GPU's table and a table with a TN set of
-    its own are ranked as without them; off (the default), TN is ranked as without them too."""
+    its own are ranked as without them; switched off, TN is ranked as without them too."""
     shape = (2048, 2048, 2048)
+    assert model.LAYOUT_RATES_ON  # on by default
+    monkeypatch.setattr(model, "LAYOUT_RATES_ON", False)
     plain = _tn_pick(fitted, shape)
     nn = model.ranked_for(fitted, *shape, 1, 132, "NN", arch="sm_90")
     assert plain.split()[0] in ("128x256", "256x128")  # the premise: the NN constants pick a wide tile
@@ -420,6 +422,7 @@ def test_layout_rates_scale_only_their_layout_on_their_gpu(fitted, monkeypatch):
 
 def test_layout_rates_rescale_the_predictions_they_rank(fitted, monkeypatch):
     shape = (1024, 4096, 4096)
+    monkeypatch.setattr(model, "LAYOUT_RATES_ON", False)
     before = {n: t for n, _, t in model.ranked_for(fitted, *shape, 1, 132, "TN", arch="sm_90")}
     monkeypatch.setattr(model, "LAYOUT_RATES_ON", True)
     after = model.ranked_for(fitted, *shape, 1, 132, "TN", arch="sm_90")
@@ -432,6 +435,7 @@ def test_layout_rates_rescale_the_predictions_they_rank(fitted, monkeypatch):
 def test_layout_rates_leave_the_small_products_set_alone(fitted, monkeypatch):
     shape = (600, 700, 900)  # below the small set's bound: ranked by the small set, graph-timed, not scaled
     assert fitted["small"]["below_macs"] > 600 * 700 * 900
+    monkeypatch.setattr(model, "LAYOUT_RATES_ON", False)
     before = model.ranked_for(fitted, *shape, 1, 132, "TN", arch="sm_90")
     monkeypatch.setattr(model, "LAYOUT_RATES_ON", True)
     assert model.ranked_for(fitted, *shape, 1, 132, "TN", arch="sm_90") == before

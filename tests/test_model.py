@@ -95,6 +95,33 @@ def test_the_model_prices_the_splits_that_run(fitted):
     assert asked == model.predict(c, "64x64f split63", {**cfg, "splits": 63}, 256, 256, 1000, 1, 6, 132)
 
 
+def test_a_s_narrow_reads_are_charged_by_its_share_of_the_tile(fitted):
+    """A's rows read narrow (TN, TT: a transposed view not aligned nor copied) cost bm / bn times B's
+    at the same width, since u and l were fitted on B's (bn floats of a tile's row) and A's tile row
+    is bm floats: level for square tiles, twice for 128 x 64, half for 64 x 128; both narrow add up;
+    with A at 16 bytes, as every NN and NT product, nothing changes."""
+    c = fitted["constants"]
+    shape = (3000, 3000, 3000, 1, 2, 132)
+
+    def t(name, a_width=4, width=4):
+        return model.predict(c, name, model.TILES[name], *shape, width, 4, a_width)
+
+    def extra(name, **w):
+        return t(name, **w) - t(name)
+
+    assert extra("128x128", a_width=1) == pytest.approx(extra("128x128", width=1))
+    assert extra("128x64", a_width=1) == pytest.approx(2 * extra("128x64", width=1)) and extra("128x64", a_width=1) > 0
+    assert extra("64x128", a_width=2) == pytest.approx(0.5 * extra("64x128", width=2))
+    assert t("128x64", a_width=4, width=1) == model.predict(c, "128x64", model.TILES["128x64"], *shape, 1, 4)
+    for name in ("128x64", "64x64f", "256x128"):
+        s = model.NARROW_SHARE[1] + model.NARROW_SHARE[2] * model.TILES[name]["bm"] / model.TILES[name]["bn"]
+        assert t(name, a_width=2, width=1) == pytest.approx(model._predict(c, name, model.TILES[name], *shape, s))
+    # in TN with A's rows of odd length (M = 9479) the tall 128 x 64 tile is no longer the pick
+    # (measured 0.77x cuBLAS there, 64 x 64f stream-K 0.95x)
+    assert access.row_widths("TN", 9479, 406, 1384)[0] == 1
+    assert model.ranked_for(fitted, 9479, 406, 1384, 1, 132, "TN", arch="sm_90")[0][0] != "128x64"
+
+
 def test_stream_k_shares_the_last_wave_of_many(fitted):
     """With 8 * SMs or more of 128 x 128 tiles, no split is offered but WAVE_STREAM_K_TILES run as
     stream-K still: whole waves of whole tiles, the last wave's k-iterations shared.  Where the data-parallel

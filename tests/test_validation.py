@@ -394,11 +394,7 @@ def test_rows_by_rows_by_build():
     assert model.read_width("128x128", 2, classes=(access.ODD_ROWS,)) == 2  # a calibration before the class
     assert model.read_width("128x128", 1, classes=(access.ODD_PAIRS,)) == 1
     assert model.read_width("128x128", 1, classes=()) == 1 and model.read_width("128x128", 2, classes=()) == 2
-    assert model.read_width("128x128", 1, a_width=1) == 1  # A's rows (TN) are read 4 bytes at a time
-    assert model.read_width("128x128", 1, a_width=2) == access.ODD_ROWS  # the costlier of the two
-    assert model.read_width("128x128", 2, a_width=2) == 2  # A's rows (TN) at 8 bytes: never by rows
-    assert model.read_width("128x128", 2, a_width=1) == 1
-    assert model.read_width("128x128", 4, a_width=2) == 2
+    assert model.read_width("128x128", 4) == 4  # A's rows are charged in predict, by their share of the tile
     assert access.row_widths("TN", 1001, 500, 64) == (1, 4) and access.row_widths("NN", 500, 1001, 64) == (4, 1)
     assert access.row_widths("NT", 1001, 1001, 64) == (4, 4)
     assert access.row_widths("NN", 500, 1002, 8000) == (4, 2)

@@ -58,8 +58,8 @@ def fit(rows: list[dict], per_sm: dict, sms: int, iterations: int = 60) -> tuple
         with np.errstate(over="ignore", invalid="ignore"):  # a trial step may overflow; its error is then rejected
             c = dict(zip(names, np.exp(v)))
             return np.log([model.predict(c, r["candidate"], r["config"], r["M"], r["N"], r["K"], r["batch"],
-                                   per_sm[model.build(r["candidate"])], sms, r["read"], r["out_width"])
-                           for r in rows]) - y
+                                   per_sm[model.build(r["candidate"])], sms, r["read"], r["out_width"],
+                                         r.get("a_read", 4)) for r in rows]) - y
 
     lam, res = 1e-2, residuals(x)
     for _ in range(iterations):
@@ -89,7 +89,7 @@ def residual_rows(rows: list[dict], c: dict, per_sm: dict, sms: int) -> dict:
     for r in rows:
         if r.get("ms") and r["batch"] == 1 and model.build(r["candidate"]) in per_sm:
             t = model.predict(c, r["candidate"], r["config"], r["M"], r["N"], r["K"], 1,
-                              per_sm[model.build(r["candidate"])], sms, r["read"], r["out_width"])
+                              per_sm[model.build(r["candidate"])], sms, r["read"], r["out_width"], r.get("a_read", 4))
             out.setdefault(r["candidate"], []).append(
                 residuals.row(r["M"], r["N"], r["K"], r["read"], math.log(1e3 * r["ms"] / t)))
     return out
@@ -110,7 +110,7 @@ def load_calibration(paths) -> tuple[list[dict], dict, int, str]:
     files'.
     Each row gets the access widths its operands allow and its result was stored with
     (the narrower of access.row_widths, and out_width; "width", "out_width") and the width its candidate read with, as the
-    model charges it ("read", model.read_width): files measured before the kernels took
+    model charges it (B's, "read", model.read_width; A's, "a_read"): files measured before the kernels took
     8-byte accesses lack ``"pairs": true``, and those measured before rows read 4 bytes at a time
     were copied from a threshold lack ``"odd_copies": true``, and ``"odd_copy_macs"`` gives the threshold
     (access.ODD_COPY_MACS_FIRST where absent); those measured
@@ -132,7 +132,7 @@ def load_calibration(paths) -> tuple[list[dict], dict, int, str]:
                 a, b = access.row_widths(r["layout"], *key, pairs=pairs, odd=bool(d.get("odd_copies")),
                                          odd_from=d.get("odd_copy_macs", access.ODD_COPY_MACS_FIRST))
                 rows.append({**r, "width": min(a, b), "out_width": access.out_width(r["N"], pairs=pairs),
-                             "read": model.read_width(r["candidate"], b, a, classes),
+                             "read": model.read_width(r["candidate"], b, classes), "a_read": a,
                              "marked": bool(d.get("arch_minb")),
                              "blocks": d["blocks_per_sm"].get(r["candidate"])})
         blocks = {model.build(name): n for name, n in d["blocks_per_sm"].items()

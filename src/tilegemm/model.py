@@ -13,8 +13,9 @@ prologue, epilogue), ``a`` (one k-iteration of a block alone on an SM, bound by 
 throughput binds, ``l`` where a lone block's latency does) and ``v`` (an SM's time per million
 elements of the result stored 4 bytes at a time: its rows not 16-byte aligned; access.out_width).
 An SM holding q blocks of i iterations each takes ``f + i * max(wl * a, wu * q * b)``,
-wu = 1 + u * NARROW_SHARE[width], wl = 1 + l * NARROW_SHARE[width] (a table without ``l`` takes
-``u`` for it); the narrow stores add ``v * NARROW_SHARE[out width] * M * N *
+wu = 1 + u * s, wl = 1 + l * s, s = NARROW_SHARE[B's width] + NARROW_SHARE[A's width] * bm / bn
+(``u`` and ``l`` were fitted on B's narrow reads, B's tile bn floats along its rows, A's bm; a table
+without ``l`` takes ``u`` for it); the narrow stores add ``v * NARROW_SHARE[out width] * M * N *
 count / (1e6 * SMs)`` to every candidate.  (In the NN calibrations a result's rows are misaligned
 exactly where B's are, so ``v`` is told apart from ``u`` only where B is copied into aligned rows,
 whose timings include the copy: docs/model.md.)
@@ -193,15 +194,13 @@ def build(name: str) -> str:
     return f"{tile} stream-K" if name.endswith("stream-K") else f"{tile} summed" if name.endswith("summed") else tile
 
 
-def read_width(name: str, width: int, a_width: int = 4, classes: tuple = tuple(access.ROW_CLASSES)) -> int:
-    """The access width candidate ``name`` is charged for (NARROW_SHARE) when B's rows are ``width``
-    floats wide at best and A's ``a_width`` (access.row_widths; A is copied along its rows only as a
-    transposed view): B's rows of a class of ``classes`` (access.ROW_CLASSES: contiguous rows of
-    width 1 have odd length, of width 2 twice an odd length) are read by rows in that class's
-    BY_ROWS_BUILDS, A's never; the costlier of the two."""
-    b = next((code for code in classes if access.ROW_CLASSES[code][1] == width and build(name) in BY_ROWS_BUILDS[code]),
-             width)
-    return max((a_width, b), key=NARROW_SHARE.__getitem__)
+def read_width(name: str, width: int, classes: tuple = tuple(access.ROW_CLASSES)) -> int:
+    """The access width candidate ``name`` is charged for (NARROW_SHARE) reading B's rows, ``width``
+    floats wide at best (access.row_widths): rows of a class of ``classes`` (access.ROW_CLASSES:
+    contiguous rows of width 1 have odd length, of width 2 twice an odd length) are read by rows in
+    that class's BY_ROWS_BUILDS, at ``width`` by the others.  (A's rows are never read by rows.)"""
+    return next((code for code in classes if access.ROW_CLASSES[code][1] == width and build(name) in BY_ROWS_BUILDS[code]),
+                width)
 
 
 # The blocks an SM asked of ptxas (minb) by a build's variant that reads rows by rows, where the
@@ -292,20 +291,24 @@ def _waves(c: dict, tile: str, blocks: int, per_sm: int, iters: int, sms: int, w
 
 
 def predict(c: dict, name: str, cfg: dict, M: int, N: int, K: int, count: int, per_sm: int, sms: int,
-            width: int = 4, out_width: int = 4) -> float:
-    """Predicted microseconds of candidate ``name`` (config ``cfg``, ``per_sm`` blocks per SM), its
-    operands copied along their rows ``width`` floats at a time (access.row_widths), the result
-    stored ``out_width`` floats at a time (access.out_width)."""
+            width: int = 4, out_width: int = 4, a_width: int = 4) -> float:
+    """Predicted microseconds of candidate ``name`` (config ``cfg``, ``per_sm`` blocks per SM), B
+    copied along its rows ``width`` floats at a time (access.row_widths; read_width), A ``a_width``
+    (where a transposed view: rows of M floats), the result stored ``out_width`` floats at a time
+    (access.out_width).  The narrow reads' share of the tile's time (u, l) was fitted on B's, whose
+    tile is bn floats along its rows; A's tile is bm along its rows, so A's narrow reads are charged
+    bm / bn times B's at the same width."""
     tile = name.split()[0]
-    return _predict(c, tile, cfg, M, N, K, count, per_sm, sms, width) + (
+    share = NARROW_SHARE[width] + NARROW_SHARE[a_width] * cfg["bm"] / cfg["bn"]
+    return _predict(c, tile, cfg, M, N, K, count, per_sm, sms, share) + (
         c.get(f"{tile}.v", 0.0) * NARROW_SHARE[out_width] * M * N * count * 1e-6 / sms)
 
 
 def _predict(c: dict, tile: str, cfg: dict, M: int, N: int, K: int, count: int, per_sm: int, sms: int,
-             width: int) -> float:
-    """``predict`` without the narrow stores' term."""
+             share: float) -> float:
+    """``predict`` without the narrow stores' term, the narrow reads' ``share`` of u and l given."""
     u = c.get(f"{tile}.u", 0.0)
-    w = (1.0 + c.get(f"{tile}.l", u) * NARROW_SHARE[width], 1.0 + u * NARROW_SHARE[width])
+    w = (1.0 + c.get(f"{tile}.l", u) * share, 1.0 + u * share)
     bm, bn, bk = cfg["bm"], cfg["bn"], cfg["bk"]
     tiles = -(-M // bm) * -(-N // bn) * count
     ipt = -(-K // bk)
@@ -341,7 +344,8 @@ def ranked(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int,
     constants in ``c`` as (name, config, predicted microseconds), the fastest first; the operands
     and the result taken as contiguous arrays of ``layout`` (their rows' alignment follows from the
     shape), unless ``width`` (B's, A's then taken as 4: the calibrations' NN) and ``out_width`` give
-    the access widths (access.row_widths, out_width); each candidate is charged at ``read_width``.
+    the access widths (access.row_widths, out_width); each candidate is charged for B's rows at
+    ``read_width`` and for A's (TN, TT) by its share of the tile (``predict``).
     ``near``: the set's calibration residuals (residuals.py); a single product's predictions in
     RESIDUALS_LAYOUT are corrected by them (the main set's calibrations time single NN products;
     another layout copies other operands another way, and no calibration measured the correction there)."""
@@ -349,13 +353,13 @@ def ranked(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int,
     out_width = access.out_width(N) if out_width is None else out_width
     cands = [(name, cfg) for name, cfg in candidates(M, N, K, count, sms, per_sm)
              if build(name) in per_sm and f"{name.split()[0]}.f" in c]
-    widths = {name: read_width(name, width, a_width) for name, _ in cands}
+    widths = {name: read_width(name, width) for name, _ in cands}
     corr = {}
     if count == 1 and layout == RESIDUALS_LAYOUT:
         for w in set(widths.values()):
             corr.update(residuals.corrections(near, M, N, K, w, [n for n, _ in cands if widths[n] == w]))
-    out = [(name, cfg, predict(c, name, cfg, M, N, K, count, per_sm[build(name)], sms, widths[name], out_width)
-            * math.exp(corr.get(name, 0.0))) for name, cfg in cands]
+    out = [(name, cfg, predict(c, name, cfg, M, N, K, count, per_sm[build(name)], sms, widths[name], out_width,
+                               a_width) * math.exp(corr.get(name, 0.0))) for name, cfg in cands]
     return sorted(out, key=lambda x: x[2])
 
 

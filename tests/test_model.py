@@ -1,6 +1,7 @@
 """GPU-free: the cost model behind the selection, its fit, and what the selection takes from it."""
 
 import json
+import math
 import random
 from pathlib import Path
 from types import SimpleNamespace
@@ -308,6 +309,24 @@ def test_held_out_picks_are_measured_on_other_seeds():
     table, _ = calibration.model_table([a])
     r = calibration.held_out(table, [b])
     assert r["shapes"] >= 30 and r["pick"] > 0.9 * r["best"]  # fitted on one seed, it picks well on another
+
+
+def test_held_out_ranks_a_tn_calibration_as_the_selection_does(fitted):
+    """On a TN calibration (measured under today's copy rules) held_out ranks each shape with A's and
+    B's widths as the selection does (A's narrow reads by their share of the tile), not with the
+    narrower of the two taken as B's."""
+    folder = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "experiments"
+    path = folder / "NVIDIA-H100-80GB-HBM3-2026-11-27-calibration-tn-s901.json"
+    rows = json.loads(path.read_text())["rows"]
+    by: dict = {}
+    for r in rows:
+        by.setdefault((r["M"], r["N"], r["K"]), {})[r["candidate"]] = r
+    assert any(access.row_widths("TN", *s)[0] != 4 for s in by)  # some shapes read A narrow
+    logs = []
+    for s, rs in by.items():
+        pick = next(n for n, _, _ in model.ranked_for(fitted, *s, 1, 132, "TN", arch="sm_90") if n in rs)
+        logs.append(math.log(rs[pick]["cublas_ms"] / rs[pick]["ms"]))
+    assert calibration.held_out(fitted, [path])["pick"] == pytest.approx(math.exp(sum(logs) / len(logs)))
 
 
 def test_narrow_reads_charge_latency_and_throughput_apart(fitted):

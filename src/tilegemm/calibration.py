@@ -110,7 +110,7 @@ def load_calibration(paths) -> tuple[list[dict], dict, int, str]:
     files'.
     Each row gets the access widths its operands allow and its result was stored with
     (the narrower of access.row_widths, and out_width; "width", "out_width") and the width its candidate read with, as the
-    model charges it (B's, "read", model.read_width; A's, "a_read"): files measured before the kernels took
+    model charges it (B's, "read", model.read_width, of B's width "b_width"; A's, "a_read"): files measured before the kernels took
     8-byte accesses lack ``"pairs": true``, and those measured before rows read 4 bytes at a time
     were copied from a threshold lack ``"odd_copies": true``, and ``"odd_copy_macs"`` gives the threshold
     (access.ODD_COPY_MACS_FIRST where absent); those measured
@@ -132,7 +132,7 @@ def load_calibration(paths) -> tuple[list[dict], dict, int, str]:
                 a, b = access.row_widths(r["layout"], *key, pairs=pairs, odd=bool(d.get("odd_copies")),
                                          odd_from=d.get("odd_copy_macs", access.ODD_COPY_MACS_FIRST))
                 rows.append({**r, "width": min(a, b), "out_width": access.out_width(r["N"], pairs=pairs),
-                             "read": model.read_width(r["candidate"], b, classes), "a_read": a,
+                             "read": model.read_width(r["candidate"], b, classes), "a_read": a, "b_width": b,
                              "marked": bool(d.get("arch_minb")),
                              "blocks": d["blocks_per_sm"].get(r["candidate"])})
         blocks = {model.build(name): n for name, n in d["blocks_per_sm"].items()
@@ -232,11 +232,11 @@ def held_out(table: dict, paths) -> dict:
     arch = f"sm_{sm}" if sm else None
     shapes: dict = {}
     for r in rows:
-        shapes.setdefault((r["layout"], r["M"], r["N"], r["K"], r["batch"], r["width"], r["out_width"]),
+        shapes.setdefault((r["layout"], r["M"], r["N"], r["K"], r["batch"], r["a_read"], r["b_width"], r["out_width"]),
                           {})[r["candidate"]] = r
     picks, bests = [], []
-    for (layout, M, N, K, count, width, out_width), rs in shapes.items():
-        ranked = model.ranked_for(table, M, N, K, count, sms, layout, width, out_width, arch)
+    for (layout, M, N, K, count, a_width, width, out_width), rs in shapes.items():
+        ranked = model.ranked_for(table, M, N, K, count, sms, layout, width, out_width, arch, a_width)
         pick = next((name for name, _, _ in ranked if name in rs), None)
         if pick is None:
             continue

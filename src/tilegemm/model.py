@@ -88,7 +88,7 @@ RESIDUALS_LAYOUT = "NN"  # the layout of the main and small sets' calibrations, 
 # ran the 16 x 8 thread tiles whose warps are 2 or 4 lanes wide 4-7% slower (not in the shared-memory
 # pipe; the cause is open), 128 x 128 level and the 8 x 8 tiles 3-8% faster.  Only the slowdowns are
 # taken: on two TN draws the picks they changed ran 2-3% faster, while the 8 x 8 tiles' speed-ups
-# (0.94-0.955) moved picks from split-K summed in the kernel and split counts to 64 x 64 ones that
+# (0.94-0.955) moved picks from split-K summed in the kernel and split counts to 64 x 64f ones that
 # ran 0.80-0.85x as fast (TN's predictions take no residuals; docs/perf-notes.md); a tile not listed keeps 1.0
 LAYOUT_RATES = {("NVIDIA H100 80GB HBM3", "TN"): {"256x128": 1.05, "128x256": 1.06}}
 LAYOUT_RATES_ON = True  # the switch that A/B runs turn off
@@ -318,10 +318,10 @@ def _predict(c: dict, tile: str, cfg: dict, M: int, N: int, K: int, count: int, 
         grid = per_sm * sms
         whole = tiles // grid
         rest = (tiles - whole * grid) * ipt
-        share = -(-grid // max(1, tiles - whole * grid))  # blocks that share a tile of the rest
+        sharers = -(-grid // max(1, tiles - whole * grid))  # blocks that share a tile of the rest
         t = whole * _round(c, tile, per_sm, ipt, w)
         if rest:
-            t += _round(c, tile, per_sm, -(-rest // grid), w) + c["hand"] * share
+            t += _round(c, tile, per_sm, -(-rest // grid), w) + c["hand"] * sharers
         return t + c["launch"]
     iters = -(-k_split // bk)
     if sk == 2:
@@ -339,17 +339,16 @@ def _predict(c: dict, tile: str, cfg: dict, M: int, N: int, K: int, count: int, 
 
 def ranked(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int,
            layout: str = "NN", width: int | None = None, out_width: int | None = None,
-           near: dict | None = None) -> list[tuple[str, dict, float]]:
+           near: dict | None = None, a_width: int = 4) -> list[tuple[str, dict, float]]:
     """Every candidate with a build in ``per_sm`` (blocks per SM by build, ``build``) and its tile's
     constants in ``c`` as (name, config, predicted microseconds), the fastest first; the operands
     and the result taken as contiguous arrays of ``layout`` (their rows' alignment follows from the
-    shape), unless ``width`` (B's, A's then taken as 4: the calibrations' NN) and ``out_width`` give
-    the access widths (access.row_widths, out_width); each candidate is charged for B's rows at
+    shape), unless ``width`` (B's; A's ``a_width``) and ``out_width`` give the access widths (access.row_widths, out_width); each candidate is charged for B's rows at
     ``read_width`` and for A's (TN, TT) by its share of the tile (``predict``).
     ``near``: the set's calibration residuals (residuals.py); a single product's predictions in
     RESIDUALS_LAYOUT are corrected by them (the main set's calibrations time single NN products;
     another layout copies other operands another way, and no calibration measured the correction there)."""
-    a_width, width = access.row_widths(layout, M, N, K, count) if width is None else (4, width)
+    a_width, width = access.row_widths(layout, M, N, K, count) if width is None else (a_width, width)
     out_width = access.out_width(N) if out_width is None else out_width
     cands = [(name, cfg) for name, cfg in candidates(M, N, K, count, sms, per_sm)
              if build(name) in per_sm and f"{name.split()[0]}.f" in c]
@@ -372,7 +371,7 @@ def blocks_per_sm(per_sm: dict, layout: str, arch: str | None) -> dict:
 
 def ranked_for(table: dict, M: int, N: int, K: int, count: int, sms: int, layout: str = "NN",
                width: int | None = None, out_width: int | None = None,
-               arch: str | None = None) -> list[tuple[str, dict, float]]:
+               arch: str | None = None, a_width: int = 4) -> list[tuple[str, dict, float]]:
     """``ranked`` with the set of a model table that serves this shape (``set_for``): its constants,
     blocks per SM (on ``arch``: ``blocks_per_sm``) and residuals; a product the family runs in
     another layout (access.kernel_layout: NT as NN on a transposed copy of B, whose rows are aligned)
@@ -380,10 +379,10 @@ def ranked_for(table: dict, M: int, N: int, K: int, count: int, sms: int, layout
     (where LAYOUT_RATES_ON)."""
     run_as = access.kernel_layout(layout, M, N, K, count) if width is None else layout
     if run_as != layout:
-        layout, width = run_as, 4
+        layout, width, a_width = run_as, 4, 4
     s = set_for(table, M, N, K, count, layout)
     out = ranked(s["constants"], blocks_per_sm(s["blocks_per_sm"], layout, arch), M, N, K, count, sms, layout,
-                 width, out_width, s.get("residuals"))
+                 width, out_width, s.get("residuals"), a_width)
     rates = LAYOUT_RATES.get((table.get("gpu"), layout), {}) if LAYOUT_RATES_ON and s is table else {}
     if rates:
         out = sorted(((n, cfg, t * rates.get(n.split()[0], 1.0)) for n, cfg, t in out), key=lambda x: x[2])

@@ -343,8 +343,9 @@ def ranked(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int,
     """Every candidate with a build in ``per_sm`` (blocks per SM by build, ``build``) and its tile's
     constants in ``c`` as (name, config, predicted microseconds), the fastest first; the operands
     and the result taken as contiguous arrays of ``layout`` (their rows' alignment follows from the
-    shape), unless ``width`` (B's; A's ``a_width``) and ``out_width`` give the access widths (access.row_widths, out_width); each candidate is charged for B's rows at
-    ``read_width`` and for A's (TN, TT) by its share of the tile (``predict``).
+    shape), unless ``width`` (B's; A's ``a_width``) and ``out_width`` give the access widths
+    (access.row_widths, out_width); each candidate is charged for B's rows at ``read_width`` and for
+    A's (TN, TT) by its share of the tile (``predict``).
     ``near``: the set's calibration residuals (residuals.py); a single product's predictions in
     RESIDUALS_LAYOUT are corrected by them (the main set's calibrations time single NN products;
     another layout copies other operands another way, and no calibration measured the correction there)."""

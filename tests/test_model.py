@@ -230,9 +230,27 @@ def test_the_h200_table_refits_from_its_calibration_data():
 def test_a_layout_with_its_own_set_takes_it_above_the_small_bound(fitted):
     nt = fitted["layouts"]["NT"]
     assert model.set_for(fitted, 2000, 3000, 4000, 1, "NT") is nt
-    for layout in ("NN", "TN", "TT"):  # the main set
+    for layout in ("NN", "TN"):  # the main set
         assert model.set_for(fitted, 2000, 3000, 4000, 1, layout) is fitted
     assert model.set_for(fitted, 64, 64, 64, 1, "NT") is fitted["small"]
+
+
+def test_tt_takes_the_nt_set_where_the_table_has_one_and_no_tt_set(fitted):
+    """TT reads B as NT does (4-byte copies that transpose it): it is ranked by NT's set where the
+    table has one and no TT set of its own, by the main set where it has neither, and by the small
+    set below its bound either way."""
+    nt = fitted["layouts"]["NT"]
+    shape = (2000, 3000, 4000, 1)
+    assert model.set_for(fitted, *shape, "TT") is nt
+    assert model.set_for(fitted, 64, 64, 64, 1, "TT") is fitted["small"]
+    no_sets = {k: v for k, v in fitted.items() if k != "layouts"}
+    assert model.set_for(no_sets, *shape, "TT") is no_sets
+    own = {**fitted, "layouts": {**fitted["layouts"], "TT": dict(nt)}}
+    assert model.set_for(own, *shape, "TT") is own["layouts"]["TT"]
+    # the ranking follows the set: TT's predictions are NT's set's, with TT's read widths
+    tt = model.ranked_for(fitted, *shape, 132, "TT", arch="sm_90")
+    by_nt = model.ranked(nt["constants"], model.blocks_per_sm(nt["blocks_per_sm"], "TT", "sm_90"), *shape, 132, "TT")
+    assert [(n, t) for n, _, t in tt] == [(n, t) for n, _, t in by_nt]
 
 
 def test_small_products_take_the_small_set_below_its_bound(fitted):

@@ -82,8 +82,11 @@ SUMMED_TILES = ("128x128", "64x128", "128x64", "64x64", "64x64f", "32x32")  # al
 SUMMED_MAX_SPLITS = 16
 GLOBALS = ("red0", "red1", "hand", "summed", "launch")
 RESIDUALS_LAYOUT = "NN"  # the layout of the main and small sets' calibrations, whose residuals correct them (residuals.py)
-# A layout the table has no set of its own for is ranked with the main set's constants (fitted to NN),
-# each tile's time scaled by its measured time in that layout against NN, on the GPU measured: in TN
+# A layout with no set of its own takes, where the table has it, the set of the layout whose B is read the
+# same way: TT's B, as NT's, is copied 4 bytes at a time and transposed (on two fresh TT draws the picks
+# NT's set changed ran 2.5% and 1.1% faster than the main set's, docs/perf-notes.md).
+SET_STAND_INS = {"TT": "NT"}
+# Else it is ranked with the main set's constants (fitted to NN), each tile's time scaled by its measured time in that layout against NN, on the GPU measured: in TN
 # (A stored K x M, copied along its rows 16 bytes at a time instead of 4) the same configs on 4-7 shapes
 # ran the 16 x 8 thread tiles whose warps are 2 or 4 lanes wide 4-7% slower (not in the shared-memory
 # pipe; the cause is open), 128 x 128 level and the 8 x 8 tiles 3-8% faster.  Only the slowdowns are
@@ -122,13 +125,13 @@ BY_ROWS_BUILDS = {
 
 def set_for(table: dict, M: int, N: int, K: int, count: int, layout: str = "NN") -> dict:
     """The set of a model table that serves this shape: its small products' set below that set's
-    bound of multiply-adds, where the table has one; else the set of this layout, where the table
-    has one; else the main set (the table itself).  A set holds ``constants``, ``blocks_per_sm`` and
-    maybe ``residuals`` (residuals.py)."""
-    small = table.get("small")
+    bound of multiply-adds, where the table has one; else the set of this layout, or of its stand-in
+    (SET_STAND_INS), where the table has one; else the main set (the table itself).  A set holds
+    ``constants``, ``blocks_per_sm`` and maybe ``residuals`` (residuals.py)."""
+    small, sets = table.get("small"), table.get("layouts", {})
     if small and M * N * K * count < small["below_macs"]:
         return small
-    return table.get("layouts", {}).get(layout) or table
+    return sets.get(layout) or sets.get(SET_STAND_INS.get(layout)) or table
 
 
 def candidates(M: int, N: int, K: int, count: int = 1, sms: int = 132,

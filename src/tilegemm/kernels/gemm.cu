@@ -160,6 +160,24 @@ __device__ __forceinline__ void outer(float (*acc)[TN], const float *a, const fl
         }
 }
 
+// AK: acc += a4[.][kk] b; with `next`, each row's a4 then reloaded with the next four k of its row
+// there (AsyncRowsK's layout; aoff: the thread's offsets of its rows by row % 4), right after its
+// last FFMA, so the loads' latency hides behind the later rows' FFMAs
+__device__ __forceinline__ void outer_rows_k(float (*acc)[TN], float (*a4)[4], int kk, const float *b,
+                                             const float *next, const int *aoff) {
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+#pragma unroll
+        for (int jj = 0; jj < TN; ++jj) {
+            const int j = (ORDER == 1 && (i & 1)) ? TN - 1 - jj : jj;
+            acc[i][j] += a4[i][kk] * b[j];
+        }
+        if (next)
+            *reinterpret_cast<float4 *>(a4[i]) =
+                *reinterpret_cast<const float4 *>(next + aoff[i % 4] + (i / 4) * ROWS_T * 32);
+    }
+}
+
 // D(m, n..n+3) = alpha * v (+ beta * C(m, n..n+3) when BETA); the caller takes BETA = false when
 // beta == 0, so C is not read then (BLAS semantics: NaN or Inf in C must not leak through a zero
 // beta), and the accumulators' registers are not shared with C's values in that common case.
@@ -304,39 +322,33 @@ __device__ __forceinline__ void k_loop_async(float (*acc)[TN], float *smem, cons
     __syncthreads();
 #if AK
     // A's rows as stored (AsyncRowsK): this thread's row i is line (i / 4) ROWS_T + tr of 32 floats, its
-    // chunk of 4 k at position (2 (i % 4) + q) ^ 2 (tr % 4) of the line (ROWS_T % 4 == 0)
+    // chunk of 4 k at position (2 (i % 4) + q) ^ 2 (tr % 4) of the line (ROWS_T % 4 == 0).  a4 holds
+    // four k of each row; each row is reloaded with the next four right after its last use.
     const int tr = (((tid % NTS) / 32) / WARPS_N) * LM + (tid % 32) / LN;
     int aoff[4];
 #pragma unroll
     for (int c = 0; c < 4; ++c) aoff[c] = tr * 32 + (c ^ (tr & 3)) * 8 + (tid / NTS) * BKS;
     float a4[TM][4], b[2][TN];
     const float *bs0 = smem + SA + bo;
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+        *reinterpret_cast<float4 *>(a4[i]) = *reinterpret_cast<const float4 *>(smem + aoff[i % 4] + (i / 4) * ROWS_T * 32);
     frag<TN / 4, COLS_T * 4>(b[0], bs0);
     int ro = 0, wo = (STAGES - 1) * SS;
     for (int t = 0; t < T; ++t) {
         g.template copy<false>(s0 + 4 * wo, s0 + 4 * (wo + SA), t + STAGES - 1 < T, lda, ldb, tid);
         const float *as = smem + ro, *bs = bs0 + ro;
-        float a[TM];
 #pragma unroll
         for (int k = 0; k < BKS - 1; ++k) {
-            if (k % 4 == 0)
-#pragma unroll
-                for (int i = 0; i < TM; ++i)
-                    *reinterpret_cast<float4 *>(a4[i]) =
-                        *reinterpret_cast<const float4 *>(as + aoff[i % 4] + (i / 4) * ROWS_T * 32 + k);
             frag<TN / 4, COLS_T * 4>(b[(k + 1) % 2], bs + (k + 1) * LDB_S);
-#pragma unroll
-            for (int i = 0; i < TM; ++i) a[i] = a4[i][k % 4];
-            outer(acc, a, b[k % 2]);
+            outer_rows_k(acc, a4, k % 4, b[k % 2], k % 4 == 3 ? as + k + 1 : nullptr, aoff);
         }
         tg_cp_wait<STAGES - 2>();
         __syncthreads();
         wo = ro;
         ro = ro == (STAGES - 1) * SS ? 0 : ro + SS;
         frag<TN / 4, COLS_T * 4>(b[BKS % 2], bs0 + ro);
-#pragma unroll
-        for (int i = 0; i < TM; ++i) a[i] = a4[i][(BKS - 1) % 4];
-        outer(acc, a, b[(BKS - 1) % 2]);
+        outer_rows_k(acc, a4, (BKS - 1) % 4, b[(BKS - 1) % 2], smem + ro, aoff);  // the next tile's first k
     }
 #else
     float a[2][TM], b[2][TN];

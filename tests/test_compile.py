@@ -576,33 +576,3 @@ def test_by_rows_builds_copy_fewer_times_at_the_same_occupancy(code, build):
         assert k.resources.spills == 0 and "LDGSTS.64" in sass.inspect(sass.disassemble(k.cubin)).mix
     else:
         assert code != access.ODD_ROWS  # every build takes A's rows of odd length
-
-
-@pytest.mark.parametrize("tile, minb", [("128x64", 4), ("64x64f", 6), ("64x64s", 4), ("64x128", 3)])
-def test_a_kept_as_rows_of_k_copies_16_bytes_at_a_time(tile, minb):
-    """ak = 1: A's tile (NN) copied by 16-byte LDGSTS, none of 4 bytes (B aligned), the fragments
-    LDS.128 as before, spill-free at the blocks an SM given; the constraint refuses what the kernel
-    cannot take (ln of 4, bk of 16)."""
-    F = registry.FAMILY
-    p = F.params({**model.TILES[tile], "minb": minb, "ak": 1})
-    k = F.compile(F.compiled_params(p), "NN", arch="sm_90")
-    assert k.resources.spills == 0, k.resources
-    listing = sass.disassemble(k.cubin)
-    assert not sass.uses_local_memory(listing)
-    counts = collections.Counter(i.op for i in sass.main_loop(*sass.parse(listing)))
-    copies = {op: n for op, n in counts.items() if op.startswith("LDGSTS")}
-    assert copies and all(".128" in op for op in copies), copies
-    assert sum(copies.values()) >= 2 and counts["LDS.128"] >= 16
-    lim = Limits.for_arch("sm_90")
-    for bad in ({"ln": 4}, {"bk": 16}, {"stages": 0}, {"mma": 1}):
-        assert F.violations(F.params({**model.TILES["128x64"], **bad, "ak": 1}), lim)
-    assert F.defines(p, "NN", 4)["AK"] == 1
-
-
-def test_rows_of_k_apply_where_a_s_rows_allow_them():
-    assert access.keeps_rows_of_k("NN", (256, 1024, 0), 1024)
-    assert access.keeps_rows_of_k("NT", (256, 1024, 1024 * 512), 1024)
-    assert not access.keeps_rows_of_k("TN", (256, 1024, 0), 1024)  # A a transposed view
-    assert not access.keeps_rows_of_k("NN", (256, 1028, 0), 1026)  # K not a multiple of 4
-    assert not access.keeps_rows_of_k("NN", (260, 1024, 0), 1024)  # A 4 bytes off a 16-byte boundary
-    assert not access.keeps_rows_of_k("NN", (256, 1026, 0), 1024)  # rows of 1026 floats

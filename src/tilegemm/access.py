@@ -24,13 +24,6 @@ def vector_width(*operands: tuple, pairs: bool = False) -> int:
     return 1
 
 
-def keeps_rows_of_k(layout: str, a: tuple, K: int) -> bool:
-    """Whether gemm.cu can keep A as stored, rows of k, copied 16 bytes at a time (its ``ak``): A
-    row-major in the layout the kernel runs (NN, NT), its rows 16-byte aligned (``vector_width``) and
-    K a multiple of 4, so that every tile's k range starts on a 16-byte boundary."""
-    return layout[0] == "N" and K % 4 == 0 and vector_width(a) == 4
-
-
 def stored_views(layout: str, M: int, N: int, K: int) -> tuple:
     """(rows, cols) of A and of B as stored (cols contiguous): how a copy into aligned rows, or a TMA
     tensor map, reads them."""

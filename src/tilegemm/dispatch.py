@@ -22,7 +22,7 @@ from .arrays import UNKNOWN, Operand, describe
 from .launch import (GEMM, RUNG, WGMMA, A, B, C, D, W, Program, Step, launcher, wgmma_launcher,
                      wgmma_tf32_launcher)
 from .access import (ROW_CLASSES, aligned_cols, copy_floats, family_copies, family_layout, family_widths,
-                     keeps_rows_of_k, stored_views, vector_width)
+                     stored_views, vector_width)
 from .plan import GRID_Z, Plan, plan
 from .steps import pack_step, reduce_step, tf32_step, tma_step, transpose_step
 
@@ -298,9 +298,6 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
     for i in (0, 1):
         if copied[i]:
             ops[i] = (0, aligned_cols(views[i][1]), 0)  # the copy: aligned rows
-    if params["ak"] and not keeps_rows_of_k(layout, ops[0], g.K):  # ak where A's rows allow it, else A as usual
-        cfg["ak"] = 0
-        params = registry.FAMILY.params(cfg)
     # the parameters with which it reads B's rows of each class by rows, where it does (access.ROW_CLASSES)
     by_rows = {code: q for code in ROW_CLASSES
                if (q := model.by_rows(params, code)) is not None and code in registry.family_row_classes(q)}

@@ -234,11 +234,15 @@ def family_row_classes(p) -> tuple[int, ...]:
                         and (threads % (cols // v) == 0 or (cols // v) % threads == 0) for v in vs))
 
 
+def family_buffers(p) -> int:
+    """Shared-memory tile buffers of gemm.cu: two (stages = 0), else one per stage."""
+    return max(2, p["stages"])
+
+
 def family_smem(p) -> int:
-    """Dynamic shared memory of gemm.cu: per buffer (two with stages = 0, else one per stage) a BK x
-    (BM+4) and a BK x (BN+4) tile (A kept as rows of k takes BM x BK of its tile's room); with ks k
+    """Dynamic shared memory of gemm.cu: per buffer a BK x (BM+4) and a BK x (BN+4) tile; with ks k
     slices at least the ks - 1 tiles of sums handed to slice 0 (they reuse the buffers)."""
-    return max(max(2, p["stages"]) * p["bk"] * (p["bm"] + p["bn"] + 8), (p.get("ks", 1) - 1) * p["bm"] * p["bn"]) * 4
+    return max(family_buffers(p) * p["bk"] * (p["bm"] + p["bn"] + 8), (p.get("ks", 1) - 1) * p["bm"] * p["bn"]) * 4
 
 
 def family_regs_estimate(p) -> int:
@@ -290,9 +294,6 @@ FAMILY_CONSTRAINTS = (
        lambda p, lim: p["ks"] == 1 or (2 <= p["ks"] <= 4 and p["stages"] >= 2 and p["mma"] == 0 and p["sk"] == 0
                                        and p["bk"] % (2 * p["ks"]) == 0
                                        and (p["bm"] // p["tm"]) * (p["bn"] // p["tn"]) % 32 == 0)),
-    _c("ak (A kept as rows of k) is 0, or 1 with stages >= 2, mma = 0, bk = 8, ln = 8, bk / ks a multiple of 4 and "
-       "bm / tm a multiple of 4", lambda p, lim: p["ak"] == 0 or (p["ak"] == 1 and p["stages"] >= 2 and p["mma"] == 0
-       and p["bk"] == 8 and p["ln"] == 8 and (p["bk"] // p["ks"]) % 4 == 0 and (p["bm"] // p["tm"]) % 4 == 0)),
     _c("with mma: tm = tn = 8, bm a multiple of 64 and bn of 32 (warps of 64 x 32), bk a multiple of 8, "
        "stages >= 2", lambda p, lim: p["mma"] == 0 or (p["tm"] == p["tn"] == 8 and p["bm"] % 64 == 0
                                                        and p["bn"] % 32 == 0 and p["bk"] % 8 == 0 and p["stages"] >= 2)),
@@ -306,7 +307,7 @@ FAMILY = KernelSpec(
     source="beyond the sources: rung 8 generalised (docs/perf-notes.md)",
     # the best config of the H100/H200 sweeps at 4096^3 and 8192^3 (selection.HUGE; rung 8's shape)
     defaults={"bm": 256, "bn": 128, "bk": 8, "tm": 16, "tn": 8, "ln": 2, "minb": 1, "swizzle": 8,
-              "stages": 3, "splits": 1, "order": 1, "sk": 0, "mma": 0, "ks": 1, "ak": 0},
+              "stages": 3, "splits": 1, "order": 1, "sk": 0, "mma": 0, "ks": 1},
     block=lambda p: (family_threads(p), 1, 1),
     tile=lambda p: (p["bm"], p["bn"]),
     smem=family_smem,

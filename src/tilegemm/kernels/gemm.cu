@@ -30,11 +30,6 @@
 //              order and stores the tile (sliced K within a block: KS times the warps a tile, for
 //              products with too few tiles to fill the SMs, without split-K's pass through global
 //              memory).  KS > 1 takes STAGES >= 2, MMA = 0, SK = 0 and BK an even multiple of KS
-//   AK         1: A (row-major: NN, NT) kept in shared memory as it is stored, rows of k, copied 16 bytes at
-//              a time (tg_async.cuh's AsyncRowsK) instead of 4 bytes at a time into As[k][m]; a thread
-//              reads four k of each of its rows per LDS.128.  Needs A's rows 16-byte aligned and K a
-//              multiple of 4 (the host's to check), BK = 8, LN = 8, STAGES >= 2, MMA = 0, BK / KS a
-//              multiple of 4 and (BM / TM) a multiple of 4
 //   SK         0: one block per tile (and split).  1: stream-K (Osama et al., PPoPP'23): a fixed grid
 //              of G resident blocks shares the count * tiles * ceil(K / BK) k-iterations evenly;
 //              see tilegemm_gemm's stream-K branch.  2: split-K whose splits add up the tile
@@ -95,9 +90,6 @@
 #ifndef KS
 #define KS 1
 #endif
-#ifndef AK
-#define AK 0
-#endif
 
 #define ROWS_T (BM / TM)            // threads along M
 #define COLS_T (BN / TN)            // threads along N
@@ -130,10 +122,6 @@ static_assert(MMA == 0 || (TM == 8 && TN == 8 && BM % 64 == 0 && BN % 32 == 0 &&
 static_assert(KS == 1 || (KS >= 2 && KS <= 4 && BK % (2 * KS) == 0 && NTS % 32 == 0 && STAGES >= 2 && MMA == 0 && SK == 0),
               "KS > 1: BK an even multiple of KS (a tile's next first row lands in fragment buffer 0), whole warps a "
               "slice, a cp.async pipeline, FFMAs, one block per tile");
-static_assert(AK == 0 || (AK == 1 && STAGES >= 2 && MMA == 0 && !TG_TRANS_A && BK == 8 && LN == 8 && BKS % 4 == 0
-                           && ROWS_T % 4 == 0),
-              "AK: A row-major, a cp.async pipeline of FFMAs, BK = 8, LN = 8 (a quarter-warp reads one row), "
-              "whole chunks of 4 k a slice, (BM / TM) a multiple of 4 (the rows' swizzle is the thread's)");
 static_assert(SK >= 0 && SK <= 2, "SK is 0 (a block per tile), 1 (stream-K) or 2 (split-K summed in the kernel)");
 
 #if MINB > 0
@@ -158,24 +146,6 @@ __device__ __forceinline__ void outer(float (*acc)[TN], const float *a, const fl
             const int j = (ORDER == 1 && (i & 1)) ? TN - 1 - jj : jj;
             acc[i][j] += a[i] * b[j];
         }
-}
-
-// AK: acc += a4[.][kk] b; with `next`, each row's a4 then reloaded with the next four k of its row
-// there (AsyncRowsK's layout; aoff: the thread's offsets of its rows by row % 4), right after its
-// last FFMA, so the loads' latency hides behind the later rows' FFMAs
-__device__ __forceinline__ void outer_rows_k(float (*acc)[TN], float (*a4)[4], int kk, const float *b,
-                                             const float *next, const int *aoff) {
-#pragma unroll
-    for (int i = 0; i < TM; ++i) {
-#pragma unroll
-        for (int jj = 0; jj < TN; ++jj) {
-            const int j = (ORDER == 1 && (i & 1)) ? TN - 1 - jj : jj;
-            acc[i][j] += a4[i][kk] * b[j];
-        }
-        if (next)
-            *reinterpret_cast<float4 *>(a4[i]) =
-                *reinterpret_cast<const float4 *>(next + aoff[i % 4] + (i / 4) * ROWS_T * 32);
-    }
 }
 
 // D(m, n..n+3) = alpha * v (+ beta * C(m, n..n+3) when BETA); the caller takes BETA = false when
@@ -313,44 +283,13 @@ __device__ __forceinline__ void k_loop_async(float (*acc)[TN], float *smem, cons
     constexpr int SA = BK * LDA_S, SS = SA + BK * LDB_S;  // floats: A tile, whole stage [A | B]
     const unsigned s0 = tg_smem(smem);
     const int T = (K + BK - 1) / BK;   // tiles; the first holds k in [K - T*BK, K - (T-1)*BK)
-    AsyncOperands<BM, BN, BK, NT, LDA_S, LDB_S, (bool)AK> g;
+    AsyncOperands<BM, BN, BK, NT, LDA_S, LDB_S> g;
     g.init(A, lda, B, ldb, M, N, K, m0, n0, K - T * BK, tid);
     g.template copy<true>(s0, s0 + 4 * SA, true, lda, ldb, tid);
 #pragma unroll
     for (int s = 1; s < STAGES - 1; ++s) g.template copy<false>(s0 + 4 * s * SS, s0 + 4 * (s * SS + SA), s < T, lda, ldb, tid);
     tg_cp_wait<STAGES - 2>();
     __syncthreads();
-#if AK
-    // A's rows as stored (AsyncRowsK): this thread's row i is line (i / 4) ROWS_T + tr of 32 floats, its
-    // chunk of 4 k at position (2 (i % 4) + q) ^ 2 (tr % 4) of the line (ROWS_T % 4 == 0).  a4 holds
-    // four k of each row; each row is reloaded with the next four right after its last use.
-    const int tr = (((tid % NTS) / 32) / WARPS_N) * LM + (tid % 32) / LN;
-    int aoff[4];
-#pragma unroll
-    for (int c = 0; c < 4; ++c) aoff[c] = tr * 32 + (c ^ (tr & 3)) * 8 + (tid / NTS) * BKS;
-    float a4[TM][4], b[2][TN];
-    const float *bs0 = smem + SA + bo;
-#pragma unroll
-    for (int i = 0; i < TM; ++i)
-        *reinterpret_cast<float4 *>(a4[i]) = *reinterpret_cast<const float4 *>(smem + aoff[i % 4] + (i / 4) * ROWS_T * 32);
-    frag<TN / 4, COLS_T * 4>(b[0], bs0);
-    int ro = 0, wo = (STAGES - 1) * SS;
-    for (int t = 0; t < T; ++t) {
-        g.template copy<false>(s0 + 4 * wo, s0 + 4 * (wo + SA), t + STAGES - 1 < T, lda, ldb, tid);
-        const float *as = smem + ro, *bs = bs0 + ro;
-#pragma unroll
-        for (int k = 0; k < BKS - 1; ++k) {
-            frag<TN / 4, COLS_T * 4>(b[(k + 1) % 2], bs + (k + 1) * LDB_S);
-            outer_rows_k(acc, a4, k % 4, b[k % 2], k % 4 == 3 ? as + k + 1 : nullptr, aoff);
-        }
-        tg_cp_wait<STAGES - 2>();
-        __syncthreads();
-        wo = ro;
-        ro = ro == (STAGES - 1) * SS ? 0 : ro + SS;
-        frag<TN / 4, COLS_T * 4>(b[BKS % 2], bs0 + ro);
-        outer_rows_k(acc, a4, (BKS - 1) % 4, b[(BKS - 1) % 2], smem + ro, aoff);  // the next tile's first k
-    }
-#else
     float a[2][TM], b[2][TN];
     const float *as0 = smem + ao, *bs0 = smem + SA + bo;  // this thread's fragments in stage 0
     frag<TM / 4, ROWS_T * 4>(a[0], as0);
@@ -374,7 +313,6 @@ __device__ __forceinline__ void k_loop_async(float (*acc)[TN], float *smem, cons
         frag<TN / 4, COLS_T * 4>(b[BKS % 2], bs0 + ro);
         outer(acc, a[(BKS - 1) % 2], b[(BKS - 1) % 2]);
     }
-#endif
     tg_cp_wait<0>();
 #endif
 }

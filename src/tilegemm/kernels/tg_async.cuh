@@ -269,51 +269,11 @@ using TgTile = typename TgPick<TgRowClass<VEC>::HI != 0 && !TRANSPOSED,
                                AsyncTile<ROWS, COLS, THREADS, TRANSPOSED, LD, TgRowClass<VEC>::PLAIN>,
                                RowClassTile<ROWS, COLS, THREADS, LD, TgRowClass<VEC>::HI>>::type;
 
-// A row-major (NN, NT) kept as it is stored, rows of k (AK = 1 in gemm.cu): the BM x 8 tile copied 16
-// bytes at a time along its rows into As[m][k], not 4 bytes at a time into As[k][m] (4- and 8-byte
-// cp.async take about 2.3x the shared-memory wavefronts of 16-byte ones per byte, docs/perf-notes.md).
-// Needs A's rows 16-byte aligned and K a multiple of 4 (every tile's k range, the partial first one's
-// included, then starts on a 16-byte boundary).  A row is two 16-byte chunks, four rows a 128-byte
-// line; chunk j of line l (j = 2 (m % 4) + k / 4) sits at position j ^ 2 (l % 4), so the rows 4 apart
-// that a warp's lanes read at one k (tr * 4 + c for four tr) fall in four bank groups.
-template <int ROWS, int THREADS>
-struct AsyncRowsK {
-    static constexpr int N = ROWS * 2 / THREADS;  // 16-byte copies per thread
-    static_assert(N * THREADS == ROWS * 2 && THREADS % 32 == 0 && ROWS % 4 == 0, "whole copies, whole lines");
-    const float *base;  // the tile's element (0, 0), moved 8 along k per tile
-    tg_off o[N];
-    // element offset of (row r, k = 4 q) in the tile
-    __device__ __forceinline__ static int soff(int r, int q) {
-        return (r >> 2) * 32 + ((((r & 3) << 1) | q) ^ (((r >> 2) & 3) << 1)) * 4;
-    }
-    __device__ __forceinline__ void init(const float *b0, tg_idx ld, int r0, int rows, int tid) {
-        base = b0;
-#pragma unroll
-        for (int i = 0; i < N; ++i) {
-            const int r = i * (THREADS / 2) + tid / 2;
-            o[i] = (tg_off)((tg_idx)(min(r0 + r, rows - 1) - r0) * ld + (tid % 2) * 4);
-        }
-    }
-    // copy i of thread tid lands soff(i * THREADS / 2 + tid / 2, tid % 2): i * THREADS / 2 is a
-    // multiple of 16 rows, so the swizzle depends on tid alone and copy i is an immediate offset
-    template <bool FIRST>
-    __device__ __forceinline__ void copy(unsigned s, bool on, int k_lo, const float *safe, int tid) const {
-        const unsigned t = s + 4u * soff(tid / 2, tid % 2);
-        const bool in = !FIRST || (tid % 2) * 4 >= k_lo;  // k_lo is a multiple of 4: a chunk is in or out
-#pragma unroll
-        for (int i = 0; i < N; ++i)
-            tg_cp_async<16>(t + 4u * (i * (THREADS / 2) * 8), in ? base + o[i] : safe, in ? 16 : 0, on);
-    }
-    __device__ __forceinline__ void next(int bk, tg_idx) { base += bk; }
-};
-
 // The two operands of C = A B as AsyncTiles (global orientation from TG_TRANS_A / TG_TRANS_B).
-template <int BM_, int BN_, int BK_, int THREADS, int LDA, int LDB, bool AK_ = false>
+template <int BM_, int BN_, int BK_, int THREADS, int LDA, int LDB>
 struct AsyncOperands {
-    // A(m, k): row-major (TG_TRANS_A=0) rows are m, k contiguous -> transposed into As[k][m], or (AK_)
-    // kept as rows of k (AsyncRowsK)
-    typename TgPick<AK_, TgTile<TG_TRANS_A ? BK_ : BM_, TG_TRANS_A ? BM_ : BK_, THREADS, !TG_TRANS_A, LDA, TG_VEC_A>,
-                    AsyncRowsK<BM_, THREADS>>::type a;
+    // A(m, k): row-major (TG_TRANS_A=0) rows are m, k contiguous -> transposed into As[k][m]
+    TgTile<TG_TRANS_A ? BK_ : BM_, TG_TRANS_A ? BM_ : BK_, THREADS, !TG_TRANS_A, LDA, TG_VEC_A> a;
     // B(k, n): row-major rows are k, n contiguous -> Bs[k][n] as it is
     TgTile<TG_TRANS_B ? BN_ : BK_, TG_TRANS_B ? BK_ : BN_, THREADS, (bool)TG_TRANS_B, LDB, TG_VEC_B> b;
     const float *A0, *B0;  // element (0, 0) of each: a valid address for zero-filled copies
@@ -325,9 +285,8 @@ struct AsyncOperands {
         A0 = A;
         B0 = B;
         k_lo = -kbeg;
-        if constexpr (AK_) a.init(A + tg_a_off(m0, kbeg, lda), lda, m0, M, tid);
-        else if (TG_TRANS_A) a.init(A + tg_a_off(m0, kbeg, lda), lda, kbeg, m0, K, M, tid);
-        else                 a.init(A + tg_a_off(m0, kbeg, lda), lda, m0, kbeg, M, K, tid);
+        if (TG_TRANS_A) a.init(A + tg_a_off(m0, kbeg, lda), lda, kbeg, m0, K, M, tid);
+        else            a.init(A + tg_a_off(m0, kbeg, lda), lda, m0, kbeg, M, K, tid);
         if (TG_TRANS_B) b.init(B + tg_b_off(kbeg, n0, ldb), ldb, n0, kbeg, N, K, tid);
         else            b.init(B + tg_b_off(kbeg, n0, ldb), ldb, kbeg, n0, K, N, tid);
     }

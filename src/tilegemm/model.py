@@ -34,10 +34,10 @@ The constants are fitted to calibration measurements by calibration.py
 two sets: one for the bench's draw (at least 1024^3 multiply-adds, timed call by call) and one for
 smaller products (timed from CUDA graphs: there the host takes longer per call than the GPU, and a
 call-by-call timing would fit the host's cost).  It may hold a set per operand layout too (its
-``layouts``: fitted to calibrations of that layout), which serves that layout's shapes in the main
-set's domain.  ``set_for`` picks the set for a shape.  The main and small products' sets keep their
-calibrations' residuals too, which correct a single NN product's predictions where the constants are
-wrong the same way on nearby shapes (residuals.py).
+``layouts``: fitted to calibrations of that layout), which serves that layout's shapes, and its
+stand-ins' (SET_STAND_INS), in the main set's domain.  ``set_for`` picks the set for a shape.  The main
+and small products' sets keep their calibrations' residuals too, which correct a single NN product's
+predictions where the constants are wrong the same way on nearby shapes (residuals.py).
 """
 
 from __future__ import annotations
@@ -82,17 +82,17 @@ SUMMED_TILES = ("128x128", "64x128", "128x64", "64x64", "64x64f", "32x32")  # al
 SUMMED_MAX_SPLITS = 16
 GLOBALS = ("red0", "red1", "hand", "summed", "launch")
 RESIDUALS_LAYOUT = "NN"  # the layout of the main and small sets' calibrations, whose residuals correct them (residuals.py)
-# A layout with no set of its own takes, where the table has it, the set of the layout whose B is read the
-# same way: TT's B, as NT's, is copied 4 bytes at a time and transposed (on two fresh TT draws the picks
-# NT's set changed ran 2.5% and 1.1% faster than the main set's, docs/perf-notes.md).
+# A layout with no set of its own takes, where the table has it, that of the layout whose B is read the same way:
+# TT's B, as NT's, is copied 4 bytes at a time and transposed (measured, and what it leaves as NT's: docs/model.md).
 SET_STAND_INS = {"TT": "NT"}
-# Else it is ranked with the main set's constants (fitted to NN), each tile's time scaled by its measured time in that layout against NN, on the GPU measured: in TN
-# (A stored K x M, copied along its rows 16 bytes at a time instead of 4) the same configs on 4-7 shapes
-# ran the 16 x 8 thread tiles whose warps are 2 or 4 lanes wide 4-7% slower (not in the shared-memory
-# pipe; the cause is open), 128 x 128 level and the 8 x 8 tiles 3-8% faster.  Only the slowdowns are
-# taken: on two TN draws the picks they changed ran 2-3% faster, while the 8 x 8 tiles' speed-ups
-# (0.94-0.955) moved picks from split-K summed in the kernel and split counts to 64 x 64f ones that
-# ran 0.80-0.85x as fast (TN's predictions take no residuals; docs/perf-notes.md); a tile not listed keeps 1.0
+# Else it is ranked with the main set's constants (fitted to NN), each tile's time scaled by its measured
+# time in that layout against NN, on the GPU measured: in TN (A stored K x M, copied along its rows
+# 16 bytes at a time instead of 4) the same configs on 4-7 shapes ran the 16 x 8 thread tiles whose warps
+# are 2 or 4 lanes wide 4-7% slower (not in the shared-memory pipe; the cause is open), 128 x 128 level
+# and the 8 x 8 tiles 3-8% faster.  Only the slowdowns are taken: on two TN draws the picks they changed
+# ran 2-3% faster, while the 8 x 8 tiles' speed-ups (0.94-0.955) moved picks from split-K summed in the
+# kernel and split counts to 64 x 64f ones that ran 0.80-0.85x as fast (TN's predictions take no
+# residuals; docs/perf-notes.md); a tile not listed keeps 1.0
 LAYOUT_RATES = {("NVIDIA H100 80GB HBM3", "TN"): {"256x128": 1.05, "128x256": 1.06}}
 LAYOUT_RATES_ON = True  # the switch that A/B runs turn off
 SMALL_ONLY = ("32x32",)  # offered only for products below SMALL_MACS multiply-adds

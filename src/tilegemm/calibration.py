@@ -59,7 +59,7 @@ def fit(rows: list[dict], per_sm: dict, sms: int, iterations: int = 60) -> tuple
             c = dict(zip(names, np.exp(v)))
             return np.log([model.predict(c, r["candidate"], r["config"], r["M"], r["N"], r["K"], r["batch"],
                                    per_sm[model.build(r["candidate"])], sms, r["read"], r["out_width"],
-                                         r.get("a_read", 4)) for r in rows]) - y
+                                         r["a_read"]) for r in rows]) - y
 
     lam, res = 1e-2, residuals(x)
     for _ in range(iterations):
@@ -89,7 +89,7 @@ def residual_rows(rows: list[dict], c: dict, per_sm: dict, sms: int) -> dict:
     for r in rows:
         if r.get("ms") and r["batch"] == 1 and model.build(r["candidate"]) in per_sm:
             t = model.predict(c, r["candidate"], r["config"], r["M"], r["N"], r["K"], 1,
-                              per_sm[model.build(r["candidate"])], sms, r["read"], r["out_width"], r.get("a_read", 4))
+                              per_sm[model.build(r["candidate"])], sms, r["read"], r["out_width"], r["a_read"])
             out.setdefault(r["candidate"], []).append(
                 residuals.row(r["M"], r["N"], r["K"], r["read"], math.log(1e3 * r["ms"] / t)))
     return out

@@ -236,21 +236,29 @@ def test_a_layout_with_its_own_set_takes_it_above_the_small_bound(fitted):
 
 
 def test_tt_takes_the_nt_set_where_the_table_has_one_and_no_tt_set(fitted):
-    """TT reads B as NT does (4-byte copies that transpose it): it is ranked by NT's set where the
-    table has one and no TT set of its own, by the main set where it has neither, and by the small
-    set below its bound either way."""
+    """TT reads B as NT does (4-byte copies that transpose it): it is ranked by NT's set, with the main
+    set's u and l (NT reads nothing narrow, TT reads A narrow), where the table has one and no TT set
+    of its own, by the main set where it has neither, and by the small set below its bound either way."""
     nt = fitted["layouts"]["NT"]
     shape = (2000, 3000, 4000, 1)
-    assert model.set_for(fitted, *shape, "TT") is nt
+    tt_set = model.set_for(fitted, *shape, "TT")
+    assert tt_set is model.set_for(fitted, 1000, 2000, 3000, 1, "TT") and tt_set["blocks_per_sm"] is nt["blocks_per_sm"]
+    assert tt_set["constants"].keys() == nt["constants"].keys()
+    for k, v in tt_set["constants"].items():
+        taken = k.endswith((".u", ".l")) and k in fitted["constants"]
+        assert v == (fitted["constants"][k] if taken else nt["constants"][k]), k
+    assert any(tt_set["constants"][k] != nt["constants"][k] for k in nt["constants"] if k.endswith(".l"))
+    assert model.set_for(fitted, *shape, "NT") is nt and nt["constants"] is not tt_set["constants"]
     assert model.set_for(fitted, 64, 64, 64, 1, "TT") is fitted["small"]
     no_sets = {k: v for k, v in fitted.items() if k != "layouts"}
     assert model.set_for(no_sets, *shape, "TT") is no_sets
     own = {**fitted, "layouts": {**fitted["layouts"], "TT": dict(nt)}}
     assert model.set_for(own, *shape, "TT") is own["layouts"]["TT"]
-    # the ranking follows the set: TT's predictions are NT's set's, with TT's read widths
+    # the ranking follows the set: TT's predictions are that set's, with TT's read widths
     tt = model.ranked_for(fitted, *shape, 132, "TT", arch="sm_90")
-    by_nt = model.ranked(nt["constants"], model.blocks_per_sm(nt["blocks_per_sm"], "TT", "sm_90"), *shape, 132, "TT")
-    assert [(n, t) for n, _, t in tt] == [(n, t) for n, _, t in by_nt]
+    by_set = model.ranked(tt_set["constants"], model.blocks_per_sm(nt["blocks_per_sm"], "TT", "sm_90"), *shape, 132,
+                          "TT")
+    assert [(n, t) for n, _, t in tt] == [(n, t) for n, _, t in by_set]
 
 
 def test_small_products_take_the_small_set_below_its_bound(fitted):

@@ -84,29 +84,22 @@ GLOBALS = ("red0", "red1", "hand", "summed", "launch")
 RESIDUALS_LAYOUT = "NN"  # the layout of the main and small sets' calibrations, whose residuals correct them (residuals.py)
 # A layout with no set of its own takes, where the table has it, that of the layout whose B is read the same way:
 # TT's B, as NT's, is copied 4 bytes at a time and transposed (measured, and what it leaves as NT's: docs/model.md).
+# NT reads no operand narrow, so its set's u and l stay at the fit's start; TT, whose A is read narrow where its
+# rows are misaligned, takes the main set's fitted ones (STAND_IN_MAIN; two fresh draws: docs/model.md).
 SET_STAND_INS = {"TT": "NT"}
-# Else it is ranked with the main set's constants (fitted to NN), each tile's time scaled by its measured
-# time in that layout against NN, on the GPU measured: in TN (A stored K x M, copied along its rows
-# 16 bytes at a time instead of 4) the same configs on 4-7 shapes ran the 16 x 8 thread tiles whose warps
-# are 2 or 4 lanes wide 4-7% slower (not in the shared-memory pipe; the cause is open), 128 x 128 level
-# and the 8 x 8 tiles 3-8% faster.  Only the slowdowns are taken: on two TN draws the picks they changed
-# ran 2-3% faster, while the 8 x 8 tiles' speed-ups (0.94-0.955) moved picks from split-K summed in the
-# kernel and split counts to 64 x 64f ones that ran 0.80-0.85x as fast (TN's predictions take no
-# residuals; docs/perf-notes.md); a tile not listed keeps 1.0
+STAND_IN_MAIN = (".u", ".l")
+_STAND_INS: dict = {}  # id(set) -> (the set, it with the main set's STAND_IN_MAIN constants)
+# Else it is ranked with the main set's constants (fitted to NN), each tile's time scaled by its measured time in
+# that layout against NN, on the GPU measured: in TN the wide 16 x 8 tiles ran 4-7% slower on 4-7 shapes; the 8 x 8
+# tiles' 3-8% speed-ups moved close calls to picks up to 20% slower (docs/model.md); a tile not listed keeps 1.0
 LAYOUT_RATES = {("NVIDIA H100 80GB HBM3", "TN"): {"256x128": 1.05, "128x256": 1.06}}
 LAYOUT_RATES_ON = True  # the switch that A/B runs turn off
 SMALL_ONLY = ("32x32",)  # offered only for products below SMALL_MACS multiply-adds
 SMALL_MACS = 1024**3  # the bench draw's smallest product (suites.DRAW), the small set's bound
 # The share of the narrow-access costs ``u`` and ``l`` paid at each width (access.row_widths): 8-byte accesses
-# recovered 49% of the log-time gap between 4- and 16-byte ones on two probes of 20 and 16 shapes
-# (docs/perf-notes.md, "8-byte accesses"), so they pay half.
-# Rows read by rows at two widths (access.ROW_CLASSES) take 3/4 of the narrower width's copies.  Rows
-# of odd length (ODD_ROWS, every other row 8 bytes at a time, the others 4): 2/3 of the gap to 16-byte
-# copies by that count (a pair of rows: 1.5 COLS copies against 2 and 0.5); measured on 14 shapes of
-# seed 465, 0.65-0.79 of it in the builds below.  Rows of twice an odd length (ODD_PAIRS, every other
-# row 16 bytes at a time, the others 8): half of the 8-byte copies' gap by that count (0.75 COLS
-# against 1 and 0.5); measured on 16 shapes of seed 473, 0.37 of it (median of 73 timings, 0.03-0.76),
-# so 0.5 x 0.37, about 0.2.
+# recovered 49% of the log-time gap to 16-byte ones, so pay half; rows of odd length read by rows (ODD_ROWS)
+# 0.7, measured 0.65-0.79; rows of twice an odd length (ODD_PAIRS) half of the 8-byte gap by the copies'
+# count times the 0.37 measured, about 0.2 (docs/model.md, docs/perf-notes.md).
 NARROW_SHARE = {4: 0.0, access.ODD_PAIRS: 0.2, 2: 0.5, access.ODD_ROWS: 0.7, 1: 1.0}
 # The builds that read each class of rows by rows; the others read them at the narrower width.  Rows
 # of odd length: on the probe above the others ran level or slower by rows: 256 x 128 by 1%, 64 x 128
@@ -126,12 +119,19 @@ BY_ROWS_BUILDS = {
 def set_for(table: dict, M: int, N: int, K: int, count: int, layout: str = "NN") -> dict:
     """The set of a model table that serves this shape: its small products' set below that set's
     bound of multiply-adds, where the table has one; else the set of this layout, or of its stand-in
-    (SET_STAND_INS), where the table has one; else the main set (the table itself).  A set holds
-    ``constants``, ``blocks_per_sm`` and maybe ``residuals`` (residuals.py)."""
+    (SET_STAND_INS, with the main set's u and l), where the table has one; else the main set (the table
+    itself).  A set holds ``constants``, ``blocks_per_sm`` and maybe ``residuals`` (residuals.py)."""
     small, sets = table.get("small"), table.get("layouts", {})
     if small and M * N * K * count < small["below_macs"]:
         return small
-    return sets.get(layout) or sets.get(SET_STAND_INS.get(layout)) or table
+    s = sets.get(layout) or sets.get(SET_STAND_INS.get(layout))
+    if s is None or layout in sets:
+        return s or table
+    got, main = _STAND_INS.get(id(s)), table["constants"]
+    if got is None or got[0] is not s:  # built once per set (tables are read-only); holds s, so its id stays
+        got = _STAND_INS[id(s)] = (s, {**s, "constants": {k: main.get(k, v) if k.endswith(STAND_IN_MAIN) else v
+                                                           for k, v in s["constants"].items()}})
+    return got[1]
 
 
 def candidates(M: int, N: int, K: int, count: int = 1, sms: int = 132,

@@ -13,7 +13,8 @@ the powers of two (model.filling_splits); named calibration-filling-s<S>)
 (--narrow-b: only the draw's shapes whose B the kernels read along its rows less than 16 bytes at a
 time (access.row_widths: rows not 16-byte aligned and not copied), the first N of them; named
 calibration-narrowb-s<S>: the class of the lowest shapes, about a quarter of a full draw; NN or TN,
-where B is read along its rows)
+where B is read along its rows; --narrow-a: the same for A, in TN or TT, where A is a transposed view;
+named calibration-<l>-narrowa-s<S>)
 The candidates include the filling split counts, found from each build's blocks per SM.
 Writes DIR (default $OUT, else benchmarks/results)/<gpu>-<date>-calibration-s<S>.json (kind
 "calibration"), rewritten after every shape so that a run cut short keeps what it measured.  Rows:
@@ -41,6 +42,8 @@ def main(argv=None) -> int:
                    help="time only the candidates the filling split counts add")
     p.add_argument("--narrow-b", action="store_true",
                    help="only shapes whose B is read along its rows less than 16 bytes at a time")
+    p.add_argument("--narrow-a", action="store_true",
+                   help="only shapes whose A is read along its rows less than 16 bytes at a time (TN, TT)")
     args = parse_args(p, argv)
     return args if isinstance(args, int) else run_command(run, args)
 
@@ -74,27 +77,34 @@ def _candidates(M, N, K, count, sms, tiles, per_sm=None, filling_only=False):
             if (not tiles or n.split()[0] in tiles) and n not in plain]
 
 
-def narrow_b(n: int, seed: int, layout: str, draw: dict) -> list[tuple]:
-    """The first ``n`` shapes of seed ``seed``'s draw whose B the family reads along its rows less
-    than 16 bytes at a time (access.row_widths); ValueError in a layout where B is not read along its
-    rows (a transposed view), or where the draw holds too few such shapes."""
-    if layout[1] != "N":
-        raise ValueError(f"--narrow-b takes a layout whose B is stored as read (NN or TN), not {layout}")
+def narrow(n: int, seed: int, layout: str, draw: dict, operand: str = "B") -> list[tuple]:
+    """The first ``n`` shapes of seed ``seed``'s draw whose ``operand`` ("A" or "B") the family reads
+    along its rows less than 16 bytes at a time (access.row_widths); ValueError in a layout where that
+    operand is not read along its rows (A as stored, B a transposed view), or where the draw holds too
+    few such shapes."""
+    i, along = (0, "T") if operand == "A" else (1, "N")
+    if layout[i] != along:
+        which = "TN or TT" if operand == "A" else "NN or TN"
+        raise ValueError(f"--narrow-{operand.lower()} takes a layout whose {operand} is read along its rows "
+                         f"({which}), not {layout}")
     out = []
     for size in (20 * n, 200 * n):
         out = [s for s in suites.random_shapes(size, seed, (layout,), **draw)
-               if access.row_widths(layout, s[0], s[1], s[2])[1] != 4][:n]
+               if access.row_widths(layout, s[0], s[1], s[2])[i] != 4][:n]
         if len(out) == n:
             return out
-    raise ValueError(f"seed {seed}'s first {200 * n} shapes hold only {len(out)} whose B is read narrow; ask for fewer")
+    raise ValueError(f"seed {seed}'s first {200 * n} shapes hold only {len(out)} whose {operand} is read narrow; "
+                     "ask for fewer")
 
 
 def run(args) -> int:
     dev = gpu.current_device()
     props = gpu.device_properties(dev)
     draw = dict(suites.SMALL_DRAW if args.small else suites.DRAW)
-    shapes = suites.random_shapes(args.n, args.seed, (args.layout,), **draw) if not args.narrow_b else \
-        narrow_b(args.n, args.seed, args.layout, draw)
+    if args.narrow_a and args.narrow_b:
+        raise ValueError("--narrow-a and --narrow-b each draw a class of their own; give one")
+    shapes = (narrow(args.n, args.seed, args.layout, draw, "A" if args.narrow_a else "B")
+              if args.narrow_a or args.narrow_b else suites.random_shapes(args.n, args.seed, (args.layout,), **draw))
     configs = {}
     for M, N, K, _, _ in shapes:
         configs.update(dict(_candidates(M, N, K, 1, props.sms, args.tiles)))
@@ -127,7 +137,8 @@ def run(args) -> int:
                            **dict.fromkeys(calibration.ROW_CLASS_FLAGS.values(), True),
                            layout=args.layout, **({"tiles": args.tiles} if args.tiles else {}),
                            **({"filling_only": True} if args.filling_only else {}),
-                           **({"narrow_b": True} if args.narrow_b else {}))
+                           **({"narrow_b": True} if args.narrow_b else {}),
+                           **({"narrow_a": True} if args.narrow_a else {}))
     for i, (M, N, K, layout, count) in enumerate(shapes):
         cands = _candidates(M, N, K, count, props.sms, args.tiles, per_sm, args.filling_only)
         if not cands:
@@ -147,7 +158,7 @@ def run(args) -> int:
         doc["rows"] = rows
         lay = "" if args.layout == "NN" else args.layout.lower() + "-"
         only = ("".join(f"{t}-" for t in args.tiles or ()) + ("filling-" if args.filling_only else "")
-                + ("narrowb-" if args.narrow_b else ""))
+                + ("narrowb-" if args.narrow_b else "") + ("narrowa-" if args.narrow_a else ""))
         results.write(doc, args.out, f"calibration-{'small-' if args.small else ''}{lay}{only}s{args.seed}")
     return 0
 

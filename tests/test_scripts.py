@@ -36,16 +36,37 @@ def test_calibrate_narrow_b_draws_only_shapes_whose_b_is_read_narrow(monkeypatch
     from tilegemm import access, suites
 
     draw = dict(suites.DRAW)
-    shapes = calibrate.narrow_b(12, 481, "NN", draw)
-    assert len(shapes) == 12 and shapes == calibrate.narrow_b(12, 481, "NN", draw)  # deterministic per seed
+    shapes = calibrate.narrow(12, 481, "NN", draw)
+    assert len(shapes) == 12 and shapes == calibrate.narrow(12, 481, "NN", draw)  # deterministic per seed
     assert all(access.row_widths("NN", M, N, K)[1] != 4 for M, N, K, _, _ in shapes)
     full = suites.random_shapes(240, 481, ("NN",), **draw)
     assert shapes == [s for s in full if access.row_widths("NN", *s[:3])[1] != 4][:12]  # the draw's own, in order
     # the committed narrow-B calibration drew these under the copy threshold of its day (ODD_COPY_MACS_FIRST)
     monkeypatch.setattr(access, "ODD_COPY_MACS_PER_ELEMENT", access.ODD_COPY_MACS_FIRST)
-    then = calibrate.narrow_b(12, 481, "NN", draw)
+    then = calibrate.narrow(12, 481, "NN", draw)
     assert [s[:3] for s in then[:3]] == [(425, 579, 7458), (863, 2831, 5175), (160, 14307, 10154)]  # as calibrated
     assert (863, 2831, 5175) not in [s[:3] for s in shapes]  # copied from M = 512 now
     assert {N % 4 for _, N, _, _, _ in shapes} >= {1, 2, 3}  # rows of odd length and of twice an odd length
     with pytest.raises(ValueError, match="NN or TN"):
-        calibrate.narrow_b(5, 481, "NT", draw)  # B a transposed view is never read along its rows
+        calibrate.narrow(5, 481, "NT", draw)  # B a transposed view is never read along its rows
+
+
+def test_calibrate_narrow_a_draws_only_shapes_whose_a_is_read_narrow():
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        import calibrate
+    finally:
+        sys.path.remove(str(SCRIPTS))
+    from tilegemm import access, suites
+
+    draw = dict(suites.DRAW)
+    for layout in ("TT", "TN"):
+        shapes = calibrate.narrow(10, 1019, layout, draw, "A")
+        assert len(shapes) == 10 and shapes == calibrate.narrow(10, 1019, layout, draw, "A")
+        assert all(s[3] == layout and access.row_widths(layout, *s[:3])[0] != 4 for s in shapes)
+        full = suites.random_shapes(200, 1019, (layout,), **draw)
+        assert shapes == [s for s in full if access.row_widths(layout, *s[:3])[0] != 4][:10]
+        assert {M % 4 for M, _, _, _, _ in shapes} - {0}  # rows of A (M floats) not 16-byte aligned
+    for layout in ("NN", "NT"):
+        with pytest.raises(ValueError, match="TN or TT"):
+            calibrate.narrow(5, 1019, layout, draw, "A")  # A as stored is never read along its rows

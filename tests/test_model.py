@@ -249,6 +249,9 @@ def test_tt_takes_the_nt_set_where_the_table_has_one_and_no_tt_set(fitted):
         assert v == (fitted["constants"][k] if taken else nt["constants"][k]), k
     assert any(tt_set["constants"][k] != nt["constants"][k] for k in nt["constants"] if k.endswith(".l"))
     assert model.set_for(fitted, *shape, "NT") is nt and nt["constants"] is not tt_set["constants"]
+    other = {**fitted, "constants": {**fitted["constants"], "64x64f.l": 9.0}}  # NT's set shared, other main u, l
+    assert model.set_for(other, *shape, "TT")["constants"]["64x64f.l"] == 9.0
+    assert model.set_for(fitted, *shape, "TT")["constants"]["64x64f.l"] == fitted["constants"]["64x64f.l"]
     assert model.set_for(fitted, 64, 64, 64, 1, "TT") is fitted["small"]
     no_sets = {k: v for k, v in fitted.items() if k != "layouts"}
     assert model.set_for(no_sets, *shape, "TT") is no_sets

@@ -82,16 +82,14 @@ SUMMED_TILES = ("128x128", "64x128", "128x64", "64x64", "64x64f", "32x32")  # al
 SUMMED_MAX_SPLITS = 16
 GLOBALS = ("red0", "red1", "hand", "summed", "launch")
 RESIDUALS_LAYOUT = "NN"  # the layout of the main and small sets' calibrations, whose residuals correct them (residuals.py)
-# A layout with no set of its own takes, where the table has it, that of the layout whose B is read the same way:
-# TT's B, as NT's, is copied 4 bytes at a time and transposed (measured, and what it leaves as NT's: docs/model.md).
-# NT reads no operand narrow, so its set's u and l stay at the fit's start; TT, whose A is read narrow where its
-# rows are misaligned, takes the main set's fitted ones (STAND_IN_MAIN; two fresh draws: docs/model.md).
-SET_STAND_INS = {"TT": "NT"}
-STAND_IN_MAIN = (".u", ".l")
-_STAND_INS: dict = {}  # id(set) -> (the set, it with the main set's STAND_IN_MAIN constants)
-# Else it is ranked with the main set's constants (fitted to NN), each tile's time scaled by its measured time in
-# that layout against NN, on the GPU measured: in TN the wide 16 x 8 tiles ran 4-7% slower on 4-7 shapes; the 8 x 8
-# tiles' 3-8% speed-ups moved close calls to picks up to 20% slower (docs/model.md); a tile not listed keeps 1.0
+# A layout with no set of its own takes that of the layout whose B is read the same way, where the table has it
+# (TT's B, as NT's, is copied 4 bytes at a time and transposed), with the main set's fitted u and l (STAND_IN_MAIN:
+# NT reads nothing narrow, so its own stay at the fit's start; TT reads A narrow): measured, docs/model.md.
+SET_STAND_INS, STAND_IN_MAIN = {"TT": "NT"}, (".u", ".l")
+_STAND_INS: dict = {}  # (id(set), id(main constants)) -> (the set, the main constants, the set with theirs)
+# Else it is ranked with the main set's constants (fitted to NN), each tile's time scaled by its measured time in that
+# layout against NN, on the GPU measured: in TN the 16 x 8 tiles ran 4-7% slower; the 8 x 8 tiles' 3-8% speed-ups moved
+# close calls to picks up to 20% slower (docs/model.md); a tile not listed keeps 1.0
 LAYOUT_RATES = {("NVIDIA H100 80GB HBM3", "TN"): {"256x128": 1.05, "128x256": 1.06}}
 LAYOUT_RATES_ON = True  # the switch that A/B runs turn off
 SMALL_ONLY = ("32x32",)  # offered only for products below SMALL_MACS multiply-adds
@@ -127,11 +125,13 @@ def set_for(table: dict, M: int, N: int, K: int, count: int, layout: str = "NN")
     s = sets.get(layout) or sets.get(SET_STAND_INS.get(layout))
     if s is None or layout in sets:
         return s or table
-    got, main = _STAND_INS.get(id(s)), table["constants"]
-    if got is None or got[0] is not s:  # built once per set (tables are read-only); holds s, so its id stays
-        got = _STAND_INS[id(s)] = (s, {**s, "constants": {k: main.get(k, v) if k.endswith(STAND_IN_MAIN) else v
-                                                           for k, v in s["constants"].items()}})
-    return got[1]
+    main = table["constants"]
+    got = _STAND_INS.get((id(s), id(main)))
+    if got is None or got[0] is not s or got[1] is not main:  # once per pair (tables are read-only); it holds
+        if len(_STAND_INS) > 8: _STAND_INS.clear()  # noqa: E701  (both, so their ids stay theirs while it lives)
+        got = _STAND_INS[(id(s), id(main))] = (s, main, {**s, "constants": {
+            k: main.get(k, v) if k.endswith(STAND_IN_MAIN) else v for k, v in s["constants"].items()}})
+    return got[2]
 
 
 def candidates(M: int, N: int, K: int, count: int = 1, sms: int = 132,

@@ -40,10 +40,11 @@ def main(argv=None) -> int:
     p.add_argument("--tiles", nargs="+", choices=sorted(model.TILES), help="time only these tiles' candidates")
     p.add_argument("--filling-only", action="store_true",
                    help="time only the candidates the filling split counts add")
-    p.add_argument("--narrow-b", action="store_true",
-                   help="only shapes whose B is read along its rows less than 16 bytes at a time")
-    p.add_argument("--narrow-a", action="store_true",
-                   help="only shapes whose A is read along its rows less than 16 bytes at a time (TN, TT)")
+    narrow_class = p.add_mutually_exclusive_group()
+    narrow_class.add_argument("--narrow-b", action="store_true",
+                              help="only shapes whose B is read along its rows less than 16 bytes at a time")
+    narrow_class.add_argument("--narrow-a", action="store_true",
+                              help="only shapes whose A is read along its rows less than 16 bytes at a time (TN, TT)")
     args = parse_args(p, argv)
     return args if isinstance(args, int) else run_command(run, args)
 
@@ -101,8 +102,6 @@ def run(args) -> int:
     dev = gpu.current_device()
     props = gpu.device_properties(dev)
     draw = dict(suites.SMALL_DRAW if args.small else suites.DRAW)
-    if args.narrow_a and args.narrow_b:
-        raise ValueError("--narrow-a and --narrow-b each draw a class of their own; give one")
     shapes = (narrow(args.n, args.seed, args.layout, draw, "A" if args.narrow_a else "B")
               if args.narrow_a or args.narrow_b else suites.random_shapes(args.n, args.seed, (args.layout,), **draw))
     configs = {}

@@ -9,8 +9,7 @@ TOL = 1e-5
 
 def rel(x, ref) -> float:
     """||x - ref|| / ||ref||, both taken in float64."""
-    x, ref = x.detach().double(), ref.detach().double()
-    return float((x - ref).norm() / max(float(ref.norm()), 1e-30))
+    return scaled(x, ref, ref)
 
 
 def scaled(x, ref, mag) -> float:

@@ -86,7 +86,6 @@ RESIDUALS_LAYOUT = "NN"  # the layout of the main and small sets' calibrations, 
 # (TT's B, as NT's, is copied 4 bytes at a time and transposed), with the main set's fitted u and l (STAND_IN_MAIN:
 # NT reads nothing narrow, so its own stay at the fit's start; TT reads A narrow): measured, docs/model.md.
 SET_STAND_INS, STAND_IN_MAIN = {"TT": "NT"}, (".u", ".l")
-_STAND_INS: dict = {}  # (id(set), id(main constants)) -> (the set, the main constants, the set with theirs)
 # Else it is ranked with the main set's constants (fitted to NN), each tile's time scaled by its measured time in that
 # layout against NN, on the GPU measured: in TN the 16 x 8 tiles ran 4-7% slower; the 8 x 8 tiles' 3-8% speed-ups moved
 # close calls to picks up to 20% slower (docs/model.md); a tile not listed keeps 1.0
@@ -122,16 +121,11 @@ def set_for(table: dict, M: int, N: int, K: int, count: int, layout: str = "NN")
     small, sets = table.get("small"), table.get("layouts", {})
     if small and M * N * K * count < small["below_macs"]:
         return small
-    s = sets.get(layout) or sets.get(SET_STAND_INS.get(layout))
-    if s is None or layout in sets:
-        return s or table
-    main = table["constants"]
-    got = _STAND_INS.get((id(s), id(main)))
-    if got is None or got[0] is not s or got[1] is not main:  # once per pair (tables are read-only); it holds
-        if len(_STAND_INS) > 8: _STAND_INS.clear()  # noqa: E701  (both, so their ids stay theirs while it lives)
-        got = _STAND_INS[(id(s), id(main))] = (s, main, {**s, "constants": {
-            k: main.get(k, v) if k.endswith(STAND_IN_MAIN) else v for k, v in s["constants"].items()}})
-    return got[2]
+    if layout not in sets and SET_STAND_INS.get(layout) in sets:  # built per call: ranked once per shape
+        s, main = sets[SET_STAND_INS[layout]], table["constants"]
+        return {**s, "constants": {k: main.get(k, v) if k.endswith(STAND_IN_MAIN) else v
+                                   for k, v in s["constants"].items()}}
+    return sets.get(layout) or table
 
 
 def candidates(M: int, N: int, K: int, count: int = 1, sms: int = 132,

@@ -24,9 +24,11 @@ from . import access, model, residuals, results
 from .parsing import ArgParser, parse_args, run_command
 
 
-def _names(tiles) -> list[str]:
-    """The constants' names: six per tile config of ``tiles``, then the global ones."""
-    return [f"{t}.{k}" for t in model.TILES if t in tiles for k in ("f", "a", "b", "u", "l", "v")] + list(model.GLOBALS)
+def _names(tiles, mix: bool = True) -> list[str]:
+    """The constants' names: six per tile config of ``tiles``, then the global ones (``mix`` among
+    them where asked: model.MIX)."""
+    return ([f"{t}.{k}" for t in model.TILES if t in tiles for k in ("f", "a", "b", "u", "l", "v")] + list(model.GLOBALS)
+            + [model.MIX] * mix)
 
 
 def _start() -> dict:
@@ -39,18 +41,19 @@ def _start() -> dict:
         c[f"{t}.u"] = 0.1
         c[f"{t}.l"] = 0.1
         c[f"{t}.v"] = 100.0  # us per million narrow result elements on one SM
-    c.update(red0=3.0, red1=0.004, hand=5.0, summed=2.0, launch=3.0)
+    c.update(red0=3.0, red1=0.004, hand=5.0, summed=2.0, launch=3.0, mix=4.0)
     return c
 
 
-def fit(rows: list[dict], per_sm: dict, sms: int, iterations: int = 60) -> tuple[dict, float]:
+def fit(rows: list[dict], per_sm: dict, sms: int, iterations: int = 60, mix: bool = True) -> tuple[dict, float]:
     """Constants minimising the squared error of log time over ``rows`` (calibration rows with
-    ms); returns (constants, root mean square of the log error)."""
+    ms), model.MIX among them where ``mix`` (else a round takes the larger bound); returns
+    (constants, root mean square of the log error)."""
     import numpy as np
 
     rows = [r for r in rows if r.get("ms") and model.build(r["candidate"]) in per_sm
             and model.current(r["candidate"], r["config"])]
-    names = _names({r["candidate"].split()[0] for r in rows})
+    names = _names({r["candidate"].split()[0] for r in rows}, mix)
     x = np.log(np.array([_start()[n] for n in names]))
     y = np.log(np.array([1e3 * r["ms"] for r in rows]))
 
@@ -202,7 +205,7 @@ def model_table(files, small_files=(), layout_files=()) -> tuple[dict, str]:
         s_rows, s_per_sm, s_sms, s_gpu = load_calibration(small_files)
         if (s_gpu, s_sms) != (gpu, sms):
             raise ValueError(f"the small calibrations are of {s_gpu}, the others of {gpu}")
-        s_consts, s_rms = fit(s_rows, s_per_sm, sms)
+        s_consts, s_rms = fit(s_rows, s_per_sm, sms, mix=False)  # model.MIX: not measured on small products
         doc["small"] = {"below_macs": small_bound(small_files), "timer": "graph",
                         "fitted_on": [Path(x).name for x in small_files], "rows": len(s_rows),
                         "rms_log_error": s_rms, "blocks_per_sm": s_per_sm, "constants": s_consts,

@@ -81,6 +81,9 @@ SUMMED_TILES = ("128x128", "64x128", "128x64", "64x64", "64x64f", "32x32")  # al
 # for 62 of 64 tile-shape pairs (docs/perf-notes.md)
 SUMMED_MAX_SPLITS = 16
 GLOBALS = ("red0", "red1", "hand", "summed", "launch")
+# A set's constant that blends a round's two bounds, (lat^p + thr^p)^(1/p), instead of taking the larger (a set
+# without it: the max): few resident warps hide less of the latency than the max says (docs/model.md)
+MIX = "mix"
 RESIDUALS_LAYOUT = "NN"  # the layout of the main and small sets' calibrations, whose residuals correct them (residuals.py)
 # A layout with no set of its own takes that of the layout whose B is read the same way, where the table has it
 # (TT's B, as NT's, is copied 4 bytes at a time and transposed), with the main set's fitted u and l (STAND_IN_MAIN:
@@ -277,7 +280,8 @@ def current(name: str, cfg: dict) -> bool:
 
 def _round(c: dict, tile: str, q: int, iters: int, w: tuple[float, float]) -> float:
     """A round of ``q`` blocks of ``iters`` k-iterations on an SM, ``w`` the narrow reads' (wl, wu)."""
-    return c[f"{tile}.f"] + iters * max(w[0] * c[f"{tile}.a"], w[1] * q * c[f"{tile}.b"])
+    lat, thr, p = w[0] * c[f"{tile}.a"], w[1] * q * c[f"{tile}.b"], c.get("mix")
+    return c[f"{tile}.f"] + iters * (max(lat, thr) if p is None else (lat ** p + thr ** p) ** (1.0 / p))
 
 
 def _waves(c: dict, tile: str, blocks: int, per_sm: int, iters: int, sms: int, w: tuple[float, float]) -> float:

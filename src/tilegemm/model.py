@@ -12,8 +12,8 @@ prologue, epilogue), ``a`` (one k-iteration of a block alone on an SM, bound by 
 4 bytes at a time: rows not 16-byte aligned, not copied; access.row_widths; ``u`` where the SM's
 throughput binds, ``l`` where a lone block's latency does) and ``v`` (an SM's time per million
 elements of the result stored 4 bytes at a time: its rows not 16-byte aligned; access.out_width).
-An SM holding q blocks of i iterations each takes ``f + i * max(wl * a, wu * q * b)``,
-wu = 1 + u * s, wl = 1 + l * s, s = NARROW_SHARE[B's width] + NARROW_SHARE[A's width] * bm / bn
+An SM holding q blocks of i iterations each takes ``f + i * max(wl * a, wu * q * b)``, the max a
+p-norm where the set holds ``mix`` (MIX), wu = 1 + u * s, wl = 1 + l * s, s = NARROW_SHARE[B's width] + NARROW_SHARE[A's width] * bm / bn
 (``u`` and ``l`` were fitted on B's narrow reads, B's tile bn floats along its rows, A's bm; a table
 without ``l`` takes ``u`` for it); the narrow stores add ``v * NARROW_SHARE[out width] * M * N *
 count / (1e6 * SMs)`` to every candidate.  (In the NN calibrations a result's rows are misaligned

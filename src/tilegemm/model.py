@@ -281,8 +281,7 @@ def current(name: str, cfg: dict) -> bool:
 def _round(c: dict, tile: str, q: int, iters: int, w: tuple[float, float]) -> float:
     """A round of ``q`` blocks of ``iters`` k-iterations on an SM, ``w`` the narrow reads' (wl, wu)."""
     lat, thr, p = w[0] * c[f"{tile}.a"], w[1] * q * c[f"{tile}.b"], c.get(MIX)
-    m = max(lat, thr)  # the p-norm scaled by the larger bound: no underflow or overflow at large p
-    return c[f"{tile}.f"] + iters * (m if p is None or m <= 0 else m * ((lat / m) ** p + (thr / m) ** p) ** (1.0 / p))
+    return c[f"{tile}.f"] + iters * (max(lat, thr) if p is None else (lat ** p + thr ** p) ** (1.0 / p))
 
 
 def _waves(c: dict, tile: str, blocks: int, per_sm: int, iters: int, sms: int, w: tuple[float, float]) -> float:

@@ -41,7 +41,7 @@ def _start() -> dict:
         c[f"{t}.u"] = 0.1
         c[f"{t}.l"] = 0.1
         c[f"{t}.v"] = 100.0  # us per million narrow result elements on one SM
-    c.update(red0=3.0, red1=0.004, hand=5.0, summed=2.0, launch=3.0, mix=4.0)
+    c.update({"red0": 3.0, "red1": 0.004, "hand": 5.0, "summed": 2.0, "launch": 3.0, model.MIX: 4.0})
     return c
 
 

@@ -558,3 +558,25 @@ def test_layout_rates_leave_the_small_products_set_alone(fitted, monkeypatch):
     before = model.ranked_for(fitted, *shape, 1, 132, "TN", arch="sm_90")
     monkeypatch.setattr(model, "LAYOUT_RATES_ON", True)
     assert model.ranked_for(fitted, *shape, 1, 132, "TN", arch="sm_90") == before
+
+
+def test_offered_builds_are_ranked_for_nn_by_the_main_set_only(fitted):
+    """OFFERED_BUILDS (no calibration timed them) are ranked for NN products by the main set of their GPU's
+    table, at their blocks per SM; not in the layouts measured slower or not measured, not by the small
+    set, not on another GPU."""
+    offered = model.OFFERED_BUILDS[fitted["gpu"]]
+    assert offered and all(b not in fitted["blocks_per_sm"] for b in offered)
+    assert all(model.build(n) == n and n.split()[0] in model.STREAM_K_TILES for n in offered)
+    shape = (701, 6768, 2304, 1)  # few rows, wide, mid K, rows 16-byte aligned: 64 x 128 stream-K ranks first in NN
+    names = lambda t, layout, s=shape: {n for n, _, _ in model.ranked_for(t, *s, 132, layout, arch="sm_90")}
+    assert set(offered) <= names(fitted, "NN")
+    for b in offered:  # priced at the offered blocks per SM
+        cfg = dict(model.candidates(*shape, 132))[b]
+        t = next(t for n, _, t in model.ranked_for(fitted, *shape, 132, "NN", arch="sm_90") if n == b)
+        assert t == pytest.approx(model.predict(fitted["constants"], b, cfg, *shape, offered[b], 132))
+    assert model.ranked_for(fitted, *shape, 132, "NN", arch="sm_90")[0][0] in offered
+    for layout in ("NT", "TN", "TT"):
+        assert not set(offered) & names(fitted, layout), layout
+    assert not set(offered) & names(fitted, "NN", (300, 500, 600, 1))  # the small products' set
+    other = {**fitted, "gpu": "another GPU"}
+    assert not set(offered) & names(other, "NN")

@@ -68,7 +68,10 @@ TILES = {
 }
 SPLITS = (2, 4, 8, 16, 32, 64, 128, 256)
 SPLIT_TILES = ("128x128", "64x128", "128x64", "64x64", "64x64f", "64x64s", "32x256", "32x32")  # also run split over K
-STREAM_K_TILES = ("256x128", "128x128", "128x128w", "64x64f")  # also run as stream-K
+STREAM_K_TILES = ("256x128", "128x128", "128x128w", "64x64f", "128x64", "64x128")  # also run as stream-K
+# Builds no calibration timed, offered to NN products by the main set of that GPU's table at the driver's blocks per SM:
+# on 41 picks changed among 300 fresh NN shapes 1.075x -> 1.100x cuBLAS; in TT (NT's set) 1.057x -> 1.045x (perf-notes)
+OFFERED_BUILDS = {"NVIDIA H100 80GB HBM3": {"128x64 stream-K": 3, "64x128 stream-K": 3}}
 # run as stream-K also where there are 8 * SMs or more of 128 x 128 tiles (whole waves, stream-K sharing
 # only the last): on 54 products of a fresh draw whose pick changed to stream-K when all four were offered there, 256 x 128 ran its
 # 25 picks 2.1% faster than the data-parallel pick they replaced, 128 x 128 its 20 1.2% faster; 128 x 128w
@@ -231,11 +234,8 @@ BY_ROWS_MINB = {access.ODD_ROWS: {"64x64f stream-K": 5},
 # build has 3 blocks too, and a copied B (a narrow result only) keeps 4 free.  64 x 128 at minb 4
 # ran 1.4% slower on 5 picks whose B rows are of odd length, where it keeps 4 blocks either way
 # (docs/perf-notes.md).
-ARCH_MINB = {"sm_90": {
-    "128x64": {2: 4, 1: 4},
-    "128x64 summed": {4: 4, 2: 4, 1: 4},
-    "64x64 summed": {2: 6, 1: 6},
-}}
+ARCH_MINB = {"sm_90": {"128x64": {2: 4, 1: 4}, "128x64 summed": {4: 4, 2: 4, 1: 4},
+                       "64x64 summed": {2: 6, 1: 6}}}
 
 
 def _build_of(params: dict) -> str | None:
@@ -378,13 +378,15 @@ def ranked_for(table: dict, M: int, N: int, K: int, count: int, sms: int, layout
     blocks per SM (on ``arch``: ``blocks_per_sm``) and residuals; a product the family runs in
     another layout (access.kernel_layout: NT as NN on a transposed copy of B, whose rows are aligned)
     is ranked as that one; a layout with no set of its own, ranked by the main set, takes LAYOUT_RATES
-    (where LAYOUT_RATES_ON)."""
+    (where LAYOUT_RATES_ON); NN products ranked by the main set are offered its GPU's OFFERED_BUILDS too."""
     run_as = access.kernel_layout(layout, M, N, K, count) if width is None else layout
     if run_as != layout:
         layout, width, a_width = run_as, 4, 4
     s = set_for(table, M, N, K, count, layout)
-    out = ranked(s["constants"], blocks_per_sm(s["blocks_per_sm"], layout, arch), M, N, K, count, sms, layout,
-                 width, out_width, s.get("residuals"), a_width)
+    per_sm = blocks_per_sm(s["blocks_per_sm"], layout, arch)
+    if s is table and layout == RESIDUALS_LAYOUT:
+        per_sm = {**OFFERED_BUILDS.get(table.get("gpu"), {}), **per_sm}
+    out = ranked(s["constants"], per_sm, M, N, K, count, sms, layout, width, out_width, s.get("residuals"), a_width)
     rates = LAYOUT_RATES.get((table.get("gpu"), layout), {}) if LAYOUT_RATES_ON and s is table else {}
     if rates:
         out = sorted(((n, cfg, t * rates.get(n.split()[0], 1.0)) for n, cfg, t in out), key=lambda x: x[2])
@@ -394,5 +396,4 @@ def ranked_for(table: dict, M: int, N: int, K: int, count: int, sms: int, layout
 def choose(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int,
            layout: str = "NN", near: dict | None = None) -> tuple[str, dict, float] | None:
     """(name, config, predicted microseconds) of the candidate the model predicts fastest."""
-    best = ranked(c, per_sm, M, N, K, count, sms, layout, near=near)
-    return best[0] if best else None
+    return next(iter(ranked(c, per_sm, M, N, K, count, sms, layout, near=near)), None)

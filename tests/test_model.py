@@ -580,3 +580,27 @@ def test_offered_builds_are_ranked_for_nn_by_the_main_set_only(fitted):
     assert not set(offered) & names(fitted, "NN", (300, 500, 600, 1))  # the small products' set
     other = {**fitted, "gpu": "another GPU"}
     assert not set(offered) & names(other, "NN")
+
+
+def test_fit_and_held_out_take_no_mix(monkeypatch, capsys):
+    """Both subcommands fit the blend unless --no-mix (the H200's table is reproduced without it)."""
+    asked = []
+    monkeypatch.setattr(calibration, "model_table", lambda files, small, layouts, mix: asked.append(mix) or ({}, "fitted"))
+    monkeypatch.setattr(calibration, "held_out", lambda doc, on: {"shapes": 1, "pick": 1.0, "best": 1.0})
+    monkeypatch.setattr(calibration, "dump_table", lambda doc: "{}")
+    monkeypatch.setattr(calibration.Path, "write_text", lambda self, text: None)
+    for extra, mix in (([], True), (["--no-mix"], False)):
+        assert calibration.main(["held-out", "a.json", "--on", "b.json", *extra]) == 0
+        assert calibration.main(["fit", "a.json", "--out", "t.json", *extra]) == 0
+        assert asked[-2:] == [mix, mix]
+
+
+def test_a_blend_exponent_below_one_is_refused(monkeypatch):
+    """A p-norm with p below 1 exceeds the sum of the bounds: the fit refuses it and names the way out."""
+    monkeypatch.setattr(calibration, "load_calibration", lambda files: ([], {}, 132, "GPU"))
+    monkeypatch.setattr(calibration, "fit", lambda rows, per_sm, sms, mix=True: ({model.MIX: 0.8} if mix else {}, 0.1))
+    monkeypatch.setattr(calibration, "_read", lambda f, gpu: {"layout": "NN"})
+    with pytest.raises(ValueError, match="below 1; fit it with --no-mix"):
+        calibration.model_table(["a.json"])
+    monkeypatch.setattr(calibration, "residual_rows", lambda *a: {})
+    assert model.MIX not in calibration.model_table(["a.json"], mix=False)[0]["constants"]

@@ -177,6 +177,14 @@ def small_bound(paths) -> int:
     return bounds.pop()
 
 
+def _fit_set(rows: list[dict], per_sm: dict, sms: int, mix: bool, what: str) -> tuple[dict, float]:
+    """``fit``, refusing a blend's exponent below 1 (model.MIX: a round would take longer than its two bounds summed)."""
+    consts, rms = fit(rows, per_sm, sms, mix=mix)
+    if consts.get(model.MIX, 1.0) < 1.0:
+        raise ValueError(f"the {what} set's blend exponent fitted to {consts[model.MIX]:.2f}, below 1; fit it with --no-mix")
+    return consts, rms
+
+
 def model_table(files, small_files=(), layout_files=(), mix: bool = True) -> tuple[dict, str]:
     """The model table fitted to calibration ``files`` (``small_files`` for the small products' set,
     ``layout_files`` for a set per layout they were measured in), and a line saying what was fitted;
@@ -194,7 +202,7 @@ def model_table(files, small_files=(), layout_files=(), mix: bool = True) -> tup
             raise ValueError(f"{f} is a calibration of small products; a layout's set is fitted to the bench draw's")
         by_layout.setdefault(d.get("layout", "NN"), []).append(f)
     rows, per_sm, sms, gpu = load_calibration(files)
-    consts, rms = fit(rows, per_sm, sms, mix=mix)
+    consts, rms = _fit_set(rows, per_sm, sms, mix, "main")
     # the residuals correct the main set and the small products' set, where held out they were
     # measured (docs/model.md); the layouts' sets have two seeds each, too few to hold one out
     doc = {"schema": 1, "kind": "model", "gpu": gpu, "sms": sms, "command": results.command(prog="python -m tilegemm.calibration"),
@@ -218,7 +226,7 @@ def model_table(files, small_files=(), layout_files=(), mix: bool = True) -> tup
         l_rows, l_per_sm, l_sms, l_gpu = load_calibration(fs)
         if (l_gpu, l_sms) != (gpu, sms) or any(r["layout"] != layout for r in l_rows):
             raise ValueError(f"the {layout} calibrations mix layouts, or are of {l_gpu}, the others of {gpu}")
-        l_consts, l_rms = fit(l_rows, l_per_sm, sms, mix=mix)
+        l_consts, l_rms = _fit_set(l_rows, l_per_sm, sms, mix, layout)
         doc.setdefault("layouts", {})[layout] = {"fitted_on": [Path(x).name for x in fs], "rows": len(l_rows),
                                                   "rms_log_error": l_rms, "blocks_per_sm": l_per_sm,
                                                   "constants": l_consts}
@@ -280,18 +288,19 @@ def main(argv=None) -> int:
     f.add_argument("files", nargs="+")
     f.add_argument("--small", nargs="+", default=[], help="calibrations of small products (calibrate.py --small)")
     f.add_argument("--layouts", nargs="+", default=[], help="calibrations of other layouts (calibrate.py --layout)")
-    f.add_argument("--no-mix", action="store_true", help="take a round's larger bound, not the fitted blend (model.MIX)")
     f.add_argument("--out", required=True, help="the model table to write (src/tilegemm/tables/model-<gpu>.json)")
     h = sub.add_parser("held-out", help="fit to FILES, then measure the picks on calibrations it was not fitted to")
     h.add_argument("files", nargs="+")
     h.add_argument("--layouts", nargs="+", default=[], help="calibrations of other layouts (calibrate.py --layout)")
     h.add_argument("--on", nargs="+", required=True, help="calibration files of other seeds, same GPU")
+    for q in (f, h):
+        q.add_argument("--no-mix", action="store_true", help="take a round's larger bound, not the fitted blend (model.MIX)")
     args = parse_args(p, argv)
     if isinstance(args, int):
         return args
 
     def run(a):
-        doc, said = model_table(a.files, a.small if a.cmd == "fit" else (), a.layouts, not getattr(a, "no_mix", False))
+        doc, said = model_table(a.files, a.small if a.cmd == "fit" else (), a.layouts, not a.no_mix)
         if a.cmd == "held-out":
             r = held_out(doc, a.on)
             print(f"{said}; on {r['shapes']} held-out shapes its picks run at {r['pick']:.3f}x cuBLAS, "

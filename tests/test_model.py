@@ -561,9 +561,9 @@ def test_layout_rates_leave_the_small_products_set_alone(fitted, monkeypatch):
 
 
 def test_offered_builds_are_ranked_for_nn_by_the_main_set_only(fitted):
-    """OFFERED_BUILDS (no calibration timed them) are ranked for NN products by the main set of their GPU's
-    table, at their blocks per SM; not in the layouts measured slower or not measured, not by the small
-    set, not on another GPU."""
+    """OFFERED_BUILDS (no calibration timed them) are ranked for single NN products by the main set of their
+    GPU's table, at their blocks per SM; not in the layouts measured slower or not measured (NT run as NN
+    included), not for batched products, not by the small set, not on another GPU."""
     offered = model.OFFERED_BUILDS[fitted["gpu"]]
     assert offered and all(b not in fitted["blocks_per_sm"] for b in offered)
     assert all(model.build(n) == n and n.split()[0] in model.STREAM_K_TILES for n in offered)
@@ -577,6 +577,10 @@ def test_offered_builds_are_ranked_for_nn_by_the_main_set_only(fitted):
     assert model.ranked_for(fitted, *shape, 132, "NN", arch="sm_90")[0][0] in offered
     for layout in ("NT", "TN", "TT"):
         assert not set(offered) & names(fitted, layout), layout
+    nt_as_nn = (4411, 222, 8761, 1)  # NT run as NN on B transposed: ranked by the main set, not measured there
+    assert access.kernel_layout("NT", *nt_as_nn) == "NN" and set(offered) <= names(fitted, "NN", nt_as_nn)
+    assert not set(offered) & names(fitted, "NT", nt_as_nn)
+    assert not set(offered) & names(fitted, "NN", shape[:3] + (3,))  # batched: not measured
     assert not set(offered) & names(fitted, "NN", (300, 500, 600, 1))  # the small products' set
     other = {**fitted, "gpu": "another GPU"}
     assert not set(offered) & names(other, "NN")

@@ -378,13 +378,14 @@ def ranked_for(table: dict, M: int, N: int, K: int, count: int, sms: int, layout
     blocks per SM (on ``arch``: ``blocks_per_sm``) and residuals; a product the family runs in
     another layout (access.kernel_layout: NT as NN on a transposed copy of B, whose rows are aligned)
     is ranked as that one; a layout with no set of its own, ranked by the main set, takes LAYOUT_RATES
-    (where LAYOUT_RATES_ON); NN products ranked by the main set are offered its GPU's OFFERED_BUILDS too."""
+    (where LAYOUT_RATES_ON); single NN products ranked by the main set are offered its GPU's OFFERED_BUILDS too."""
+    asked = layout  # NT run as NN keeps NT's offers
     run_as = access.kernel_layout(layout, M, N, K, count) if width is None else layout
     if run_as != layout:
         layout, width, a_width = run_as, 4, 4
     s = set_for(table, M, N, K, count, layout)
     per_sm = blocks_per_sm(s["blocks_per_sm"], layout, arch)
-    if s is table and layout == RESIDUALS_LAYOUT:
+    if s is table and asked == RESIDUALS_LAYOUT and count == 1:  # as measured: single NN products
         per_sm = {**OFFERED_BUILDS.get(table.get("gpu"), {}), **per_sm}
     out = ranked(s["constants"], per_sm, M, N, K, count, sms, layout, width, out_width, s.get("residuals"), a_width)
     rates = LAYOUT_RATES.get((table.get("gpu"), layout), {}) if LAYOUT_RATES_ON and s is table else {}

@@ -216,8 +216,8 @@ def test_the_calibration_data_loads_and_refits_to_the_shipped_constants(fitted):
 
 
 def test_the_h200_table_refits_from_its_calibration_data():
-    """The H200's table predates the rounds' blend (model.MIX), not yet measured there: it refits with
-    ``--no-mix``."""
+    """The H200's table keeps a round's larger bound (model.MIX: refitted with the blend it was measured no
+    better there): it refits with ``--no-mix``."""
     table = json.loads((TABLE.parent / "model-NVIDIA-H200.json").read_text())
     folder = ROOT / "benchmarks" / "results" / "experiments"
     doc, _ = calibration.model_table([folder / f for f in table["fitted_on"]],
@@ -394,7 +394,7 @@ def test_narrow_reads_charge_latency_and_throughput_apart(fitted):
 def test_a_round_blends_its_latency_and_throughput_bounds(fitted):
     """model.MIX: a round takes (lat^p + thr^p)^(1/p), between the larger bound and their sum, falling
     towards the max as p grows; a set without it takes the max.  The H100's main and layout sets
-    hold it, its small products' set and the H200's table do not (not measured there)."""
+    hold it; its small products' set (not measured there) and the H200's table (measured no better) do not."""
     c = fitted["constants"]
     assert 1.0 < c[model.MIX] < 8.0 and model.MIX in fitted["layouts"]["NT"]["constants"]
     assert model.MIX not in fitted["small"]["constants"]
@@ -586,7 +586,7 @@ def test_offered_builds_are_ranked_for_nn_by_the_main_set_only(fitted):
     assert not set(offered) & names(other, "NN")
 
 
-def test_fit_and_held_out_take_no_mix(monkeypatch, capsys):
+def test_fit_and_held_out_take_no_mix(monkeypatch):
     """Both subcommands fit the blend unless --no-mix (the H200's table is reproduced without it)."""
     asked = []
     monkeypatch.setattr(calibration, "model_table", lambda files, small, layouts, mix: asked.append(mix) or ({}, "fitted"))

@@ -586,6 +586,19 @@ def test_offered_builds_are_ranked_for_nn_by_the_main_set_only(fitted):
     assert not set(offered) & names(other, "NN")
 
 
+def test_a_table_that_timed_the_offered_builds_ranks_them_itself():
+    """The H200's calibrations timed 128 x 64 and 64 x 128 as stream-K: no builds are offered to it, its table
+    holds their blocks per SM and ranks them in every layout, single products and batches alike."""
+    table = json.loads((TABLE.parent / "model-NVIDIA-H200.json").read_text())
+    builds = set(model.OFFERED_BUILDS["NVIDIA H100 80GB HBM3"])
+    assert table["gpu"] not in model.OFFERED_BUILDS and builds <= set(table["blocks_per_sm"])
+    assert all(f"{b.split()[0]}.a" in table["constants"] for b in builds)
+    for layout in registry.LAYOUTS:
+        for count in (1, 3):
+            names = {n for n, _, _ in model.ranked_for(table, 701, 6768, 2304, count, 132, layout, arch="sm_90")}
+            assert builds <= names, (layout, count)
+
+
 def test_fit_and_held_out_take_no_mix(monkeypatch):
     """Both subcommands fit the blend unless --no-mix (the H200's table is reproduced without it)."""
     asked = []

@@ -69,9 +69,9 @@ TILES = {
 SPLITS = (2, 4, 8, 16, 32, 64, 128, 256)
 SPLIT_TILES = ("128x128", "64x128", "128x64", "64x64", "64x64f", "64x64s", "32x256", "32x32")  # also run split over K
 STREAM_K_TILES = ("256x128", "128x128", "128x128w", "64x64f", "128x64", "64x128")  # also run as stream-K
-# Builds no calibration timed, offered to single NN products by the main set of that GPU's table at the driver's blocks
-# per SM: on 41 picks changed among 300 fresh NN shapes 1.075x -> 1.100x cuBLAS; in TT (NT's set) 1.057x -> 1.045x
-OFFERED_BUILDS = {gpu: {"128x64 stream-K": 3, "64x128 stream-K": 3} for gpu in ("NVIDIA H100 80GB HBM3", "NVIDIA H200")}
+# Builds the GPU's calibrations never timed (the H200's did; its table ranks them), offered to single NN products by the
+# main set at the driver's blocks per SM: 41 picks changed of 300 fresh NN shapes 1.075x -> 1.100x; TT 1.057x -> 1.045x
+OFFERED_BUILDS = {"NVIDIA H100 80GB HBM3": {"128x64 stream-K": 3, "64x128 stream-K": 3}}
 # run as stream-K also where there are 8 * SMs or more of 128 x 128 tiles (whole waves, stream-K sharing
 # only the last): on 54 products of a fresh draw whose pick changed to stream-K when all four were offered there, 256 x 128 ran its
 # 25 picks 2.1% faster than the data-parallel pick they replaced, 128 x 128 its 20 1.2% faster; 128 x 128w

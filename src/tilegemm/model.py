@@ -2,8 +2,8 @@
 does to it (tiles, waves at the blocks that fit on an SM, k-iterations per block, the reduction or
 hand-over), with a few constants per tile config fitted to measurements; pick the least.
 
-Candidates: tile configs of the family (``TILES``), each run one block per tile (data-parallel),
-split over K with a reduction, split over K summed in the kernel (sk = 2) or as stream-K (sk = 1).
+Candidates: tile configs of the family (``TILES``), each run one block per tile (data-parallel), split over K with a
+reduction, split and summed in the kernel (sk = 2) or as stream-K (sk = 1).
 
 The model, in microseconds.  A tile config T has six constants: ``f`` (a block's fixed cost:
 prologue, epilogue), ``a`` (one k-iteration of a block alone on an SM, bound by latency), ``b``
@@ -72,10 +72,9 @@ STREAM_K_TILES = ("256x128", "128x128", "128x128w", "64x64f", "128x64", "64x128"
 # Builds the GPU's calibrations never timed (the H200's did; its table ranks them), offered to single NN products by the
 # main set at the driver's blocks per SM: 41 picks changed of 300 fresh NN shapes 1.075x -> 1.100x; TT 1.057x -> 1.045x
 OFFERED_BUILDS = {"NVIDIA H100 80GB HBM3": {"128x64 stream-K": 3, "64x128 stream-K": 3}}
-# run as stream-K also where there are 8 * SMs or more of 128 x 128 tiles (whole waves, stream-K sharing
-# only the last): on 54 products of a fresh draw whose pick changed to stream-K when all four were offered there, 256 x 128 ran its
-# 25 picks 2.1% faster than the data-parallel pick they replaced, 128 x 128 its 20 1.2% faster; 128 x 128w
-# its 8 6.0% slower, 64 x 64f its one 8.5% slower (docs/perf-notes.md)
+# run as stream-K also where there are 8 * SMs or more of 128 x 128 tiles (whole waves, stream-K sharing only the last): on
+# 54 picks of a fresh draw that changed to stream-K when all four were offered there, against the data-parallel picks,
+# 256 x 128 ran its 25 2.1% faster, 128 x 128 its 20 1.2%; 128 x 128w its 8 6.0% slower, 64 x 64f its one 8.5% (perf-notes)
 WAVE_STREAM_K_TILES = ("256x128", "128x128")
 SUMMED_TILES = ("128x128", "64x128", "128x64", "64x64", "64x64f", "32x32")  # also split over K and summed in the kernel
 # summed in the kernel at up to SUMMED_MAX_SPLITS splits: on a probe of 16 long-K shapes
@@ -230,12 +229,12 @@ BY_ROWS_MINB = {access.ODD_ROWS: {"64x64f stream-K": 5},
 # the gain is ptxas' schedule under the cap, not occupancy.  64 x 64 summed reading B narrow: 86-96
 # registers (5 blocks) against 80 (6): 0.97x on 7 (6 faster).  Not capped: 64 x 64f and 64 x 64f
 # summed at minb 8 (8 blocks of 64 threads instead of 6; 127-128 registers, the summed 16-byte build
-# spilling 16 bytes) ran 1.01x slower on 14 picks and 1.04x on 24.  In NT the 128 x 64 16-byte
-# build has 3 blocks too, and a copied B (a narrow result only) keeps 4 free.  64 x 128 at minb 4
-# ran 1.4% slower on 5 picks whose B rows are of odd length, where it keeps 4 blocks either way
-# (docs/perf-notes.md).
-ARCH_MINB = {"sm_90": {"128x64": {2: 4, 1: 4}, "128x64 summed": {4: 4, 2: 4, 1: 4},
-                       "64x64 summed": {2: 6, 1: 6}}}
+# spilling 16 bytes) ran 1.01x slower on 14 picks and 1.04x on 24.  64 x 128 at minb 4 ran 1.4%
+# slower on 5 picks whose B rows are of odd length, where it keeps 4 blocks either way (docs/perf-notes.md).
+ARCH_MINB = {"sm_90": {"128x64": {2: 4, 1: 4}, "128x64 summed": {4: 4, 2: 4, 1: 4}, "64x64 summed": {2: 6, 1: 6}}}
+# The 16-byte builds that hold fewer blocks an SM in another layout than in NN (by ptxas' registers; tested)
+LAYOUT_BLOCKS = {"sm_90": {"NT": {"128x64": 3, "128x64 summed": 3, "64x128": 3, "64x128 summed": 3},
+                           "TT": {"64x128 summed": 3}}}
 
 
 def _build_of(params: dict) -> str | None:
@@ -365,10 +364,11 @@ def ranked(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int,
 
 
 def blocks_per_sm(per_sm: dict, layout: str, arch: str | None) -> dict:
-    """A set's blocks per SM by build (its 16-byte builds', as calibrated), with each build that
-    ARCH_MINB builds at a higher minb in NN on ``arch`` at 16-byte access held at that minb."""
+    """A set's blocks per SM by build (its 16-byte builds', as calibrated), each build ARCH_MINB builds
+    at a higher minb in NN on ``arch`` at 16-byte access held at that minb, in other layouts capped by LAYOUT_BLOCKS."""
     caps = ARCH_MINB.get(arch, {}) if layout == "NN" else {}
-    return {b: max(n, caps.get(b, {}).get(4, 0)) for b, n in per_sm.items()}
+    most = LAYOUT_BLOCKS.get(arch, {}).get(layout, {})
+    return {b: min(max(n, caps.get(b, {}).get(4, 0)), most.get(b, n)) for b, n in per_sm.items()}
 
 
 def ranked_for(table: dict, M: int, N: int, K: int, count: int, sms: int, layout: str = "NN",

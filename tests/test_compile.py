@@ -529,8 +529,37 @@ def test_arch_minb_builds_hold_their_blocks_an_sm_without_spills(arch, build):
 def test_the_model_holds_the_capped_16_byte_builds_at_their_minb():
     per_sm = {"128x64": 4, "128x64 summed": 3, "64x64 summed": 6}
     assert model.blocks_per_sm(per_sm, "NN", "sm_90") == {**per_sm, "128x64 summed": 4}
-    assert model.blocks_per_sm(per_sm, "NT", "sm_90") == per_sm
+    assert model.blocks_per_sm(per_sm, "TN", "sm_90") == per_sm
+    assert model.blocks_per_sm(per_sm, "NT", "sm_90") == {**per_sm, "128x64": 3}  # LAYOUT_BLOCKS
     assert model.blocks_per_sm(per_sm, "NN", None) == model.blocks_per_sm(per_sm, "NN", "sm_80") == per_sm
+    assert model.blocks_per_sm(per_sm, "NT", "sm_80") == per_sm
+
+
+# every build a model set can hold: each tile data-parallel, and its stream-K and summed builds
+BUILDS = (list(model.TILES) + [f"{t} stream-K" for t in model.STREAM_K_TILES]
+          + [f"{t} summed" for t in model.SUMMED_TILES])
+
+
+@pytest.mark.parametrize("layout", ["NT", "TN", "TT"])
+def test_layout_blocks_are_the_builds_that_hold_fewer_blocks_than_in_nn(layout):
+    """model.LAYOUT_BLOCKS names, for ``layout``, exactly the 16-byte builds (as dispatch builds them,
+    model.arch_minb) that hold fewer blocks an SM there than in NN, at the count they hold: a set
+    measured in NN ranks that layout with it (model.blocks_per_sm)."""
+    F, arch = registry.FAMILY, "sm_90"
+    fewer = {}
+    for build in BUILDS:
+        tile, kind = build.split()[0], build.split()[1] if " " in build else ""
+        p = F.params({**model.TILES[tile], "sk": {"": 0, "stream-K": 1, "summed": 2}[kind]})
+        held = {}
+        for lay in ("NN", layout):
+            q = model.arch_minb(p, lay, 4, arch)
+            k = F.compile(q, lay, arch=arch, vec=4)
+            assert k.resources.spills == 0, (build, lay)
+            held[lay] = occupancy(registry.family_threads(q), k.resources.registers, registry.family_smem(q),
+                                  Limits.for_arch(arch)).blocks
+        if held[layout] < held["NN"]:
+            fewer[build] = held[layout]
+    assert model.LAYOUT_BLOCKS[arch].get(layout, {}) == fewer
 
 
 # (the code of access.ROW_CLASSES, the build that reads that class by rows), every build of every class

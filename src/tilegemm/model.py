@@ -233,8 +233,8 @@ BY_ROWS_MINB = {access.ODD_ROWS: {"64x64f stream-K": 5},
 # slower on 5 picks whose B rows are of odd length, where it keeps 4 blocks either way (docs/perf-notes.md).
 ARCH_MINB = {"sm_90": {"128x64": {2: 4, 1: 4}, "128x64 summed": {4: 4, 2: 4, 1: 4}, "64x64 summed": {2: 6, 1: 6}}}
 # The 16-byte builds that hold fewer blocks an SM in another layout than in NN (by ptxas' registers; tested)
-LAYOUT_BLOCKS = {"sm_90": {"NT": {"128x64": 3, "128x64 summed": 3, "64x128": 3, "64x128 summed": 3},
-                           "TT": {"64x128 summed": 3}}}
+LAYOUT_BLOCKS = {"sm_90": {"NT": {"128x64": 3, "128x64 summed": 3, "64x128": 3, "64x128 summed": 3, "32x32": 10,
+                                  "32x32 summed": 12}, "TT": {"64x128 summed": 3}}}
 
 
 def _build_of(params: dict) -> str | None:
@@ -368,7 +368,7 @@ def blocks_per_sm(per_sm: dict, layout: str, arch: str | None) -> dict:
     at a higher minb in NN on ``arch`` at 16-byte access held at that minb, in other layouts capped by LAYOUT_BLOCKS."""
     caps = ARCH_MINB.get(arch, {}) if layout == "NN" else {}
     most = LAYOUT_BLOCKS.get(arch, {}).get(layout, {})
-    return {b: min(max(n, caps.get(b, {}).get(4, 0)), most.get(b, n)) for b, n in per_sm.items()}
+    return {b: min(max(n, caps.get(b, {}).get(4, 0)), most.get(b, 1 << 10)) for b, n in per_sm.items()}
 
 
 def ranked_for(table: dict, M: int, N: int, K: int, count: int, sms: int, layout: str = "NN",

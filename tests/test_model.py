@@ -592,7 +592,6 @@ def test_a_table_that_timed_the_offered_builds_ranks_them_itself():
     table = json.loads((TABLE.parent / "model-NVIDIA-H200.json").read_text())
     builds = set(model.OFFERED_BUILDS["NVIDIA H100 80GB HBM3"])
     assert table["gpu"] not in model.OFFERED_BUILDS and builds <= set(table["blocks_per_sm"])
-    assert all(f"{b.split()[0]}.a" in table["constants"] for b in builds)
     for layout in registry.LAYOUTS:
         for count in (1, 3):
             names = {n for n, _, _ in model.ranked_for(table, 701, 6768, 2304, count, 132, layout, arch="sm_90")}

@@ -498,6 +498,18 @@ def test_per_operand_widths_build_what_each_operand_allows():
         n for k, n in ops[(4, 1, 4)].items() if k.startswith("LDGSTS"))
 
 
+def _build_params(build: str) -> dict:
+    """The family parameters of a model build ("<tile>", "<tile> stream-K" or "<tile> summed": model.build)."""
+    tile, kind = build.split()[0], build.split()[1] if " " in build else ""
+    return registry.FAMILY.params({**model.TILES[tile], "sk": {"": 0, "stream-K": 1, "summed": 2}[kind]})
+
+
+def _blocks(k, q: dict, arch: str) -> int:
+    """The blocks an SM of compiled kernel ``k`` of family parameters ``q`` on ``arch`` (by its registers)."""
+    return occupancy(registry.family_threads(q), k.resources.registers, registry.family_smem(q),
+                     Limits.for_arch(arch)).blocks
+
+
 @pytest.mark.parametrize("arch,build", [(a, b) for a, caps in model.ARCH_MINB.items() for b in caps])
 def test_arch_minb_builds_hold_their_blocks_an_sm_without_spills(arch, build):
     """The builds of model.ARCH_MINB, at each access width of B's rows they name in NN (the result's
@@ -505,12 +517,8 @@ def test_arch_minb_builds_hold_their_blocks_an_sm_without_spills(arch, build):
     an SM and at least the 16-byte build's (the model's blocks per SM: model.blocks_per_sm).  Other
     layouts, other archs and the widths it does not name keep the tile's minb; rows read by rows take
     BY_ROWS_MINB, so ARCH_MINB names widths only."""
-    F = registry.FAMILY
-    tile, kind = build.split()[0], build.split()[1] if " " in build else ""
-    p = F.params({**model.TILES[tile], "sk": {"": 0, "stream-K": 1, "summed": 2}[kind]})
-    threads = registry.family_threads(p)
-    blocks = lambda k, q: occupancy(threads, k.resources.registers, registry.family_smem(q),  # noqa: E731
-                                    Limits.for_arch(arch)).blocks
+    F, p = registry.FAMILY, _build_params(build)
+    blocks = lambda k, q: _blocks(k, q, arch)  # noqa: E731
     caps = model.ARCH_MINB[arch][build]
     assert set(caps) <= {4, 2, 1}
     wide = F.compile(model.arch_minb(p, "NN", 4, arch), "NN", arch=arch, vec=4)
@@ -548,15 +556,12 @@ def test_layout_blocks_are_the_builds_that_hold_fewer_blocks_than_in_nn(layout):
     F, arch = registry.FAMILY, "sm_90"
     fewer = {}
     for build in BUILDS:
-        tile, kind = build.split()[0], build.split()[1] if " " in build else ""
-        p = F.params({**model.TILES[tile], "sk": {"": 0, "stream-K": 1, "summed": 2}[kind]})
-        held = {}
+        p, held = _build_params(build), {}
         for lay in ("NN", layout):
             q = model.arch_minb(p, lay, 4, arch)
             k = F.compile(q, lay, arch=arch, vec=4)
             assert k.resources.spills == 0, (build, lay)
-            held[lay] = occupancy(registry.family_threads(q), k.resources.registers, registry.family_smem(q),
-                                  Limits.for_arch(arch)).blocks
+            held[lay] = _blocks(k, q, arch)
         if held[layout] < held["NN"]:
             fewer[build] = held[layout]
     assert model.LAYOUT_BLOCKS[arch].get(layout, {}) == fewer
@@ -575,10 +580,7 @@ def test_by_rows_builds_copy_fewer_times_at_the_same_occupancy(code, build):
     8-byte copies) and a quarter fewer copies than the narrower width on every row, without spills,
     and ptxas gives it as many blocks an SM as the narrow build (the model's blocks per SM are the
     build's)."""
-    F = registry.FAMILY
-    tile, kind = build.split()[0], build.split()[1] if " " in build else ""
-    cfg = {**model.TILES[tile], "sk": {"": 0, "stream-K": 1, "summed": 2}[kind]}
-    p = F.params(cfg)
+    F, p = registry.FAMILY, _build_params(build)
     q = model.by_rows(p, code)  # the variant's parameters (its minb may differ: model.BY_ROWS_MINB)
     assert q is not None and code in registry.family_row_classes(q)
     hi, lo = access.ROW_CLASSES[code]  # floats a copy: the wider rows', the others'

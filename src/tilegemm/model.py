@@ -366,9 +366,9 @@ def ranked(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int,
 def blocks_per_sm(per_sm: dict, layout: str, arch: str | None) -> dict:
     """A set's blocks per SM by build (its 16-byte builds', as calibrated), each build ARCH_MINB builds
     at a higher minb in NN on ``arch`` at 16-byte access held at that minb, in other layouts capped by LAYOUT_BLOCKS."""
-    caps = ARCH_MINB.get(arch, {}) if layout == "NN" else {}
-    most = LAYOUT_BLOCKS.get(arch, {}).get(layout, {})
-    return {b: min(max(n, caps.get(b, {}).get(4, 0)), most.get(b, 1 << 10)) for b, n in per_sm.items()}
+    caps, most = (ARCH_MINB.get(arch, {}) if layout == "NN" else {}), LAYOUT_BLOCKS.get(arch, {}).get(layout, {})
+    held = {b: max(n, caps.get(b, {}).get(4, 0)) for b, n in per_sm.items()}
+    return {b: min(n, most.get(b, n)) for b, n in held.items()}
 
 
 def ranked_for(table: dict, M: int, N: int, K: int, count: int, sms: int, layout: str = "NN",

@@ -157,6 +157,23 @@ def test_the_ranking_holds_the_arch_s_capped_builds_at_their_blocks(fitted):
                                                                                  arch="sm_90")
 
 
+@pytest.mark.parametrize("gpu", ["NVIDIA-H100-80GB-HBM3", "NVIDIA-H200"])
+def test_k_sliced_tiles_are_ranked_only_where_a_block_s_k_is_short(gpu):
+    """model.KS_MAX_K: every ranked candidate of a k-sliced tile (ks > 1) runs at most KS_MAX_K of K a block, in
+    every layout; below it they are ranked, above it the split ones still where the splits bring a block's K down."""
+    table = json.loads((TABLE.parent / f"model-{gpu}.json").read_text())
+    seen = {"short": 0, "split": 0}
+    for M, N, K, layout, b in suites.random_shapes(200, 3, ("NN", "NT", "TN", "TT")):
+        for name, cfg, _ in model.ranked_for(table, M, N, K, b, 132, layout, arch="sm_90"):
+            if cfg.get("ks", 1) > 1:
+                assert model.split_k(K, cfg["splits"])[1] <= model.KS_MAX_K, (M, N, K, name)
+                seen["short" if K <= model.KS_MAX_K else "split"] += 1
+    assert seen["short"] and seen["split"]
+    long_k = [n for n, _, _ in model.ranked_for(table, 4000, 200, 3000, 1, 132, arch="sm_90")]
+    assert "64x64s" not in long_k and "64x64f" in long_k and "64x64s split4" in long_k
+    assert "64x64s" in [n for n, _, _ in model.ranked_for(table, 4000, 200, 1000, 1, 132, arch="sm_90")]
+
+
 def test_split_k_summed_in_the_kernel_is_priced_by_launch(fitted):
     """A launch of split-K summed in the kernel holds whole tiles and no more blocks than are resident
     (dispatch): 75 tiles of 128 x 128 split 7 ways at 2 blocks an SM (264 slots) are 525 blocks in

@@ -82,6 +82,10 @@ SUMMED_TILES = ("128x128", "64x128", "128x64", "64x64", "64x64f", "32x32")  # al
 # of the probe's 24 configs on 3 (by 2.6-6.4%); at 32 the sum was slower than the reduction kernel
 # for 62 of 64 tile-shape pairs (docs/perf-notes.md)
 SUMMED_MAX_SPLITS = 16
+# Tiles of k slices (ks > 1) ranked only where a block's K is at most KS_MAX_K: the slices hide a short main loop's latency;
+# on the 20 picks 64x64s made among 1900 fresh shapes (four layouts, H200), the picks without it ran 3-10% faster on 5 of
+# the 6 whose blocks took more K, 1% slower on the 14 with less (docs/perf-notes.md).  Its constants are fitted on all K.
+KS_MAX_K = 1024
 GLOBALS = ("red0", "red1", "hand", "summed", "launch")
 # A set's constant that blends a round's two bounds, (lat^p + thr^p)^(1/p), instead of taking the larger (a set
 # without it: the max): few resident warps hide less of the latency than the max says (docs/model.md)
@@ -216,21 +220,15 @@ BY_ROWS_MINB = {access.ODD_ROWS: {"64x64f stream-K": 5},
                 access.ODD_PAIRS: {"64x64f stream-K": 5, "64x128": 4, "64x128 summed": 4}}
 
 
-# The blocks an SM asked of ptxas (minb) on an arch by a build reading B's rows in NN at each access
-# width (4, 2, 1: 16, 8 or 4 bytes a copy; rows read by rows take BY_ROWS_MINB), where the tile's own
-# minb leaves ptxas free to take more registers and fewer blocks an SM than it can hold without
-# spills (the model holds a capped 16-byte build at its minb: blocks_per_sm).  128 x 64 reading B
-# narrow: 130-148 registers (3 blocks of 128 threads) against the 16-byte build's 127 (4), 126-128
-# at minb 4 (on sm_80 some spill); on 18 picks of a fresh draw level but one (233x571x12612 split
-# 29: 0.82x the time), and 1866x2202x594 0.79x.  128 x 64 summed: 129 registers at 16 bytes (3
-# blocks), 124 at minb 4 (4); on 10 shapes where the model ranks it among its four best, at the same
-# split count, 0.95x the time on the 4 that read B 16 bytes at a time (2 of them a copy of B) and
-# 0.95x on the 6 that read it narrow, where it holds 4 blocks either way (127-128 registers): there
-# the gain is ptxas' schedule under the cap, not occupancy.  64 x 64 summed reading B narrow: 86-96
-# registers (5 blocks) against 80 (6): 0.97x on 7 (6 faster).  Not capped: 64 x 64f and 64 x 64f
-# summed at minb 8 (8 blocks of 64 threads instead of 6; 127-128 registers, the summed 16-byte build
-# spilling 16 bytes) ran 1.01x slower on 14 picks and 1.04x on 24.  64 x 128 at minb 4 ran 1.4%
-# slower on 5 picks whose B rows are of odd length, where it keeps 4 blocks either way (docs/perf-notes.md).
+# The blocks an SM asked of ptxas (minb) on an arch by a build reading B's rows in NN at each access width (4, 2, 1:
+# 16, 8 or 4 bytes a copy; rows read by rows take BY_ROWS_MINB), where the tile's own minb leaves ptxas free to take
+# more registers and fewer blocks an SM than it can hold without spills (the model holds a capped 16-byte build at its
+# minb: blocks_per_sm).  128 x 64 reading B narrow: 130-148 registers (3 blocks of 128 threads) against 127 (4) at 16
+# bytes, 126-128 at minb 4; on 18 picks of a fresh draw level but one (0.82x the time), and 1866x2202x594 0.79x.
+# 128 x 64 summed: 129 registers at 16 bytes (3 blocks), 124 at minb 4; 0.95x the time on 10 shapes, at 16 bytes and
+# narrow (there 4 blocks either way: ptxas' schedule under the cap).  64 x 64 summed reading B narrow: 86-96 registers
+# (5 blocks) against 80 (6): 0.97x on 7.  Not capped: 64 x 64f and its summed build at minb 8 ran 1.01x and 1.04x
+# slower; 64 x 128 at minb 4 1.4% slower on 5 picks of odd-length B rows (docs/perf-notes.md).
 ARCH_MINB = {"sm_90": {"128x64": {2: 4, 1: 4}, "128x64 summed": {4: 4, 2: 4, 1: 4}, "64x64 summed": {2: 6, 1: 6}}}
 # The 16-byte builds that hold fewer blocks an SM in another layout than in NN (by ptxas' registers; tested)
 LAYOUT_BLOCKS = {"sm_90": {"NT": {"128x64": 3, "128x64 summed": 3, "64x128": 3, "64x128 summed": 3, "32x32": 10,
@@ -341,7 +339,8 @@ def ranked(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int,
            layout: str = "NN", width: int | None = None, out_width: int | None = None,
            near: dict | None = None, a_width: int = 4) -> list[tuple[str, dict, float]]:
     """Every candidate with a build in ``per_sm`` (blocks per SM by build, ``build``) and its tile's
-    constants in ``c`` as (name, config, predicted microseconds), the fastest first; the operands
+    constants in ``c`` (k-sliced tiles where a block's K is at most KS_MAX_K) as (name, config,
+    predicted microseconds), the fastest first; the operands
     and the result taken as contiguous arrays of ``layout`` (their rows' alignment follows from the
     shape), unless ``width`` (B's; A's ``a_width``) and ``out_width`` give the access widths
     (access.row_widths, out_width); each candidate is charged for B's rows at ``read_width`` and for
@@ -352,7 +351,8 @@ def ranked(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int,
     a_width, width = access.row_widths(layout, M, N, K, count) if width is None else (a_width, width)
     out_width = access.out_width(N) if out_width is None else out_width
     cands = [(name, cfg) for name, cfg in candidates(M, N, K, count, sms, per_sm)
-             if build(name) in per_sm and f"{name.split()[0]}.f" in c]
+             if build(name) in per_sm and f"{name.split()[0]}.f" in c
+             and (cfg.get("ks", 1) == 1 or split_k(K, cfg["splits"])[1] <= KS_MAX_K)]
     widths = {name: read_width(name, width) for name, _ in cands}
     corr = {}
     if count == 1 and layout == RESIDUALS_LAYOUT:

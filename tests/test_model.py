@@ -171,7 +171,9 @@ def test_k_sliced_tiles_are_ranked_only_where_a_block_s_k_is_short(gpu):
     assert seen["short"] and seen["split"]
     long_k = [n for n, _, _ in model.ranked_for(table, 4000, 200, 3000, 1, 132, arch="sm_90")]
     assert "64x64s" not in long_k and "64x64f" in long_k and "64x64s split4" in long_k
-    assert "64x64s" in [n for n, _, _ in model.ranked_for(table, 4000, 200, 1000, 1, 132, arch="sm_90")]
+    for count in (1, 3):  # the bound is a block's K, batches or not
+        at = lambda K: [n for n, _, _ in model.ranked_for(table, 4000, 200, K, count, 132, arch="sm_90")]  # noqa: E731
+        assert "64x64s" in at(1024) and "64x64s" not in at(1028) and "64x64s split2" in at(1028)
 
 
 def test_split_k_summed_in_the_kernel_is_priced_by_launch(fitted):

@@ -6,10 +6,10 @@ usage: python scripts/calibrate.py --seed S --n N [--small] [--layout L] [--out 
 from CUDA graphs, since there the host takes longer per call than the GPU; the file is named
 calibration-small-s<S>)
 (--layout: the operands' layout, NN by default; another is named in the file, calibration-<l>-s<S>)
-(--tiles: time only the candidates of these tiles of tilegemm.model.TILES, e.g. a new one; the file
+(--tiles: time only the candidates of these tiles of tilegemm.builds.TILES, e.g. a new one; the file
 is named calibration-<tiles>-s<S>, and fits take it beside the files that time the rest)
 (--filling-only: time only the candidates the split counts that fill the SMs' block slots add to
-the powers of two (model.filling_splits); named calibration-filling-s<S>)
+the powers of two (builds.filling_splits); named calibration-filling-s<S>)
 (--narrow-b: only the draw's shapes whose B the kernels read along its rows less than 16 bytes at a
 time (access.row_widths: rows not 16-byte aligned and not copied), the first N of them; named
 calibration-narrowb-s<S>: the class of the lowest shapes, about a quarter of a full draw; NN or TN,
@@ -25,7 +25,7 @@ import os
 import sys
 import time
 
-from tilegemm import access, api, autotune, calibration, gpu, launch, model, registry, results, suites, timing
+from tilegemm import access, api, autotune, builds, calibration, gpu, launch, registry, results, suites, timing
 from tilegemm.parsing import ArgParser, parse_args, run_command
 
 
@@ -37,7 +37,7 @@ def main(argv=None) -> int:
     p.add_argument("--target-s", type=float, default=0.1)
     p.add_argument("--small", action="store_true", help="small products, timed from CUDA graphs")
     p.add_argument("--layout", choices=registry.LAYOUTS, default="NN", help="the operands' layout (default NN)")
-    p.add_argument("--tiles", nargs="+", choices=sorted(model.TILES), help="time only these tiles' candidates")
+    p.add_argument("--tiles", nargs="+", choices=sorted(builds.TILES), help="time only these tiles' candidates")
     p.add_argument("--filling-only", action="store_true",
                    help="time only the candidates the filling split counts add")
     narrow_class = p.add_mutually_exclusive_group()
@@ -73,8 +73,8 @@ def _cublas(sets, outs, graph: bool, dev: int):
 def _candidates(M, N, K, count, sms, tiles, per_sm=None, filling_only=False):
     """The model's candidates for the shape (with the filling split counts of ``per_sm``), of
     ``tiles`` only if given; ``filling_only``: only those the filling counts add."""
-    plain = {n for n, _ in model.candidates(M, N, K, count, sms)} if filling_only else set()
-    return [(n, c) for n, c in model.candidates(M, N, K, count, sms, per_sm)
+    plain = {n for n, _ in builds.candidates(M, N, K, count, sms)} if filling_only else set()
+    return [(n, c) for n, c in builds.candidates(M, N, K, count, sms, per_sm)
             if (not tiles or n.split()[0] in tiles) and n not in plain]
 
 
@@ -112,23 +112,23 @@ def run(args) -> int:
     print(f"{len(configs)} configs compiled in {time.time() - t0:.0f} s", flush=True)
     occupancy = {}
     for name, cfg in configs.items():
-        # the build dispatch runs at 16-byte access (at the minb of model.ARCH_MINB where it names it)
+        # the build dispatch runs at 16-byte access (at the minb of builds.ARCH_MINB where it names it)
         params = registry.FAMILY.params({k: v for k, v in cfg.items() if k != "splits"})
-        q = model.arch_minb(params, args.layout, 4, props.arch)
+        q = builds.arch_minb(params, args.layout, 4, props.arch)
         fn = launch.launcher(registry.FAMILY.name, args.layout, 4, dev, tuple(sorted(q.items())))
         occupancy[name] = fn.resident_blocks() // props.sms
     # the split counts that fill each build's block slots (the same builds: splits is a launch argument)
-    per_sm = {model.build(name): n for name, n in occupancy.items()}
+    per_sm = {builds.build(name): n for name, n in occupancy.items()}
     timed = {}
     for M, N, K, _, _ in shapes:
         timed.update(_candidates(M, N, K, 1, props.sms, args.tiles, per_sm, args.filling_only))
-    configs, occupancy = timed, {n: per_sm[model.build(n)] for n in timed}
+    configs, occupancy = timed, {n: per_sm[builds.build(n)] for n in timed}
     rows = []
     # pairs: the kernels read rows that are 8- but not 16-byte aligned 8 bytes at a time; odd_copies:
     # rows read 4 bytes at a time are copied from access.ODD_COPY_MACS_PER_ELEMENT (odd_copy_macs); the flags of
-    # calibration.ROW_CLASS_FLAGS: the builds of model.BY_ROWS_BUILDS read those classes of rows by
+    # calibration.ROW_CLASS_FLAGS: the builds of builds.BY_ROWS_BUILDS read those classes of rows by
     # rows (the calibration's loader labels the rows accordingly; files without them were measured before);
-    # arch_minb: the builds were run, and their blocks per SM counted, at model.ARCH_MINB's minb
+    # arch_minb: the builds were run, and their blocks per SM counted, at builds.ARCH_MINB's minb
     doc = results.document(rows, cmd=results.command(prog="python scripts/calibrate.py"), kind="calibration",
                            seed=args.seed, n=args.n, draw=draw, timer="graph" if args.small else "events",
                            configs=configs, blocks_per_sm=occupancy, pairs=True, odd_copies=True,

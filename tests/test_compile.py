@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tilegemm import CompileError, access, compiler, cubin, model, registry
+from tilegemm import CompileError, access, builds, compiler, cubin, registry
 from tilegemm.errors import ConfigError
 from tilegemm.occupancy import Limits, occupancy
 from tilegemm.instruments import sass
@@ -499,9 +499,9 @@ def test_per_operand_widths_build_what_each_operand_allows():
 
 
 def _build_params(build: str) -> dict:
-    """The family parameters of a model build ("<tile>", "<tile> stream-K" or "<tile> summed": model.build)."""
+    """The family parameters of a model build ("<tile>", "<tile> stream-K" or "<tile> summed": builds.build)."""
     tile, kind = build.split()[0], build.split()[1] if " " in build else ""
-    return registry.FAMILY.params({**model.TILES[tile], "sk": {"": 0, "stream-K": 1, "summed": 2}[kind]})
+    return registry.FAMILY.params({**builds.TILES[tile], "sk": {"": 0, "stream-K": 1, "summed": 2}[kind]})
 
 
 def _blocks(k, q: dict, arch: str) -> int:
@@ -510,78 +510,78 @@ def _blocks(k, q: dict, arch: str) -> int:
                      Limits.for_arch(arch)).blocks
 
 
-@pytest.mark.parametrize("arch,build", [(a, b) for a, caps in model.ARCH_MINB.items() for b in caps])
+@pytest.mark.parametrize("arch,build", [(a, b) for a, caps in builds.ARCH_MINB.items() for b in caps])
 def test_arch_minb_builds_hold_their_blocks_an_sm_without_spills(arch, build):
-    """The builds of model.ARCH_MINB, at each access width of B's rows they name in NN (the result's
-    any way) as dispatch builds them (model.arch_minb), compile without spills to at least minb blocks
-    an SM and at least the 16-byte build's (the model's blocks per SM: model.blocks_per_sm).  Other
+    """The builds of builds.ARCH_MINB, at each access width of B's rows they name in NN (the result's
+    any way) as dispatch builds them (builds.arch_minb), compile without spills to at least minb blocks
+    an SM and at least the 16-byte build's (the model's blocks per SM: builds.blocks_per_sm).  Other
     layouts, other archs and the widths it does not name keep the tile's minb; rows read by rows take
     BY_ROWS_MINB, so ARCH_MINB names widths only."""
     F, p = registry.FAMILY, _build_params(build)
     blocks = lambda k, q: _blocks(k, q, arch)  # noqa: E731
-    caps = model.ARCH_MINB[arch][build]
+    caps = builds.ARCH_MINB[arch][build]
     assert set(caps) <= {4, 2, 1}
-    wide = F.compile(model.arch_minb(p, "NN", 4, arch), "NN", arch=arch, vec=4)
+    wide = F.compile(builds.arch_minb(p, "NN", 4, arch), "NN", arch=arch, vec=4)
     assert blocks(wide, p) >= caps.get(4, 0)
     for width, minb in caps.items():
         for vec in ((4, width, width), (1, width, width), (4, width, 4)):
-            q = model.arch_minb(p, "NN", vec, arch)
+            q = builds.arch_minb(p, "NN", vec, arch)
             assert q["minb"] == minb
             k = F.compile(q, "NN", arch=arch, vec=vec)
             assert k.resources.spills == 0 and blocks(k, q) >= max(minb, blocks(wide, p)), (vec, k.resources.registers)
     for layout, vec, a in (("NT", (4, 4, 1), arch), ("TN", (1, 4, 4), arch), ("NN", (4, 1, 1), "sm_80")):
-        assert model.arch_minb(p, layout, vec, a) is p, (layout, vec, a)
-    assert all(model.arch_minb(p, "NN", (4, w, 4), arch) is p for w in (4, 2, 1) if w not in caps)
+        assert builds.arch_minb(p, layout, vec, a) is p, (layout, vec, a)
+    assert all(builds.arch_minb(p, "NN", (4, w, 4), arch) is p for w in (4, 2, 1) if w not in caps)
 
 
 def test_the_model_holds_the_capped_16_byte_builds_at_their_minb():
     per_sm = {"128x64": 4, "128x64 summed": 3, "64x64 summed": 6}
-    assert model.blocks_per_sm(per_sm, "NN", "sm_90") == {**per_sm, "128x64 summed": 4}
-    assert model.blocks_per_sm(per_sm, "TN", "sm_90") == per_sm
-    assert model.blocks_per_sm(per_sm, "NT", "sm_90") == {**per_sm, "128x64": 3}  # LAYOUT_BLOCKS
-    assert model.blocks_per_sm(per_sm, "NN", None) == model.blocks_per_sm(per_sm, "NN", "sm_80") == per_sm
-    assert model.blocks_per_sm(per_sm, "NT", "sm_80") == per_sm
+    assert builds.blocks_per_sm(per_sm, "NN", "sm_90") == {**per_sm, "128x64 summed": 4}
+    assert builds.blocks_per_sm(per_sm, "TN", "sm_90") == per_sm
+    assert builds.blocks_per_sm(per_sm, "NT", "sm_90") == {**per_sm, "128x64": 3}  # LAYOUT_BLOCKS
+    assert builds.blocks_per_sm(per_sm, "NN", None) == builds.blocks_per_sm(per_sm, "NN", "sm_80") == per_sm
+    assert builds.blocks_per_sm(per_sm, "NT", "sm_80") == per_sm
 
 
 # every build a model set can hold: each tile data-parallel, and its stream-K and summed builds
-BUILDS = (list(model.TILES) + [f"{t} stream-K" for t in model.STREAM_K_TILES]
-          + [f"{t} summed" for t in model.SUMMED_TILES])
+BUILDS = (list(builds.TILES) + [f"{t} stream-K" for t in builds.STREAM_K_TILES]
+          + [f"{t} summed" for t in builds.SUMMED_TILES])
 
 
 @pytest.mark.parametrize("layout", ["NT", "TN", "TT"])
 def test_layout_blocks_are_the_builds_that_hold_fewer_blocks_than_in_nn(layout):
-    """model.LAYOUT_BLOCKS names, for ``layout``, exactly the 16-byte builds (as dispatch builds them,
-    model.arch_minb) that hold fewer blocks an SM there than in NN, at the count they hold: a set
-    measured in NN ranks that layout with it (model.blocks_per_sm)."""
+    """builds.LAYOUT_BLOCKS names, for ``layout``, exactly the 16-byte builds (as dispatch builds them,
+    builds.arch_minb) that hold fewer blocks an SM there than in NN, at the count they hold: a set
+    measured in NN ranks that layout with it (builds.blocks_per_sm)."""
     F, arch = registry.FAMILY, "sm_90"
     fewer = {}
     for build in BUILDS:
         p, held = _build_params(build), {}
         for lay in ("NN", layout):
-            q = model.arch_minb(p, lay, 4, arch)
+            q = builds.arch_minb(p, lay, 4, arch)
             k = F.compile(q, lay, arch=arch, vec=4)
             assert k.resources.spills == 0, (build, lay)
             held[lay] = _blocks(k, q, arch)
         if held[layout] < held["NN"]:
             fewer[build] = held[layout]
-    assert model.LAYOUT_BLOCKS[arch].get(layout, {}) == fewer
+    assert builds.LAYOUT_BLOCKS[arch].get(layout, {}) == fewer
 
 
 # (the code of access.ROW_CLASSES, the build that reads that class by rows), every build of every class
-BY_ROWS = [(code, build) for code, builds in model.BY_ROWS_BUILDS.items() for build in builds]
+BY_ROWS = [(code, build) for code, builds in builds.BY_ROWS_BUILDS.items() for build in builds]
 
 
 @pytest.mark.parametrize("code,build", BY_ROWS, ids=[f"{c}-{b}" for c, b in BY_ROWS])
 def test_by_rows_builds_copy_fewer_times_at_the_same_occupancy(code, build):
     """Rows read by rows at two widths (access.ROW_CLASSES, tg_async.cuh's RowClassTile): in each
-    build that takes a class (model.BY_ROWS_BUILDS), for B in NN, the K loop copies the operand with
+    build that takes a class (builds.BY_ROWS_BUILDS), for B in NN, the K loop copies the operand with
     the wider copies on half its rows (rows of odd length, access.ODD_ROWS: LDGSTS.64 against the
     narrow build's 4-byte copies; of twice an odd length, access.ODD_PAIRS: LDGSTS.128 against its
     8-byte copies) and a quarter fewer copies than the narrower width on every row, without spills,
     and ptxas gives it as many blocks an SM as the narrow build (the model's blocks per SM are the
     build's)."""
     F, p = registry.FAMILY, _build_params(build)
-    q = model.by_rows(p, code)  # the variant's parameters (its minb may differ: model.BY_ROWS_MINB)
+    q = builds.by_rows(p, code)  # the variant's parameters (its minb may differ: builds.BY_ROWS_MINB)
     assert q is not None and code in registry.family_row_classes(q)
     hi, lo = access.ROW_CLASSES[code]  # floats a copy: the wider rows', the others'
     wide = f"LDGSTS.{32 * hi}"  # the wider copies, which the narrow build never makes

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tilegemm import cli, model, occupancy, registry
+from tilegemm import builds, cli, occupancy, registry
 from tilegemm.instruments import banks, patterns, roofline, sass
 
 DATA = Path(__file__).parent / "data"
@@ -314,11 +314,11 @@ def test_explain_reads_the_build_that_runs_the_product():
 
 def test_explain_reads_the_build_at_the_blocks_dispatch_asks_for():
     # 128 x 64 summed at 16-byte accesses: on sm_90 dispatch builds it for four blocks an SM
-    # (model.ARCH_MINB; left free, ptxas takes three); explain reports that build, on sm_80 the free one
+    # (builds.ARCH_MINB; left free, ptxas takes three); explain reports that build, on sm_80 the free one
     from tilegemm.instruments import explain
 
-    cfg = {**model.TILES["128x64"], "sk": 2, "splits": 3}
-    want = model.ARCH_MINB["sm_90"]["128x64 summed"][4]
+    cfg = {**builds.TILES["128x64"], "sk": 2, "splits": 3}
+    want = builds.ARCH_MINB["sm_90"]["128x64 summed"][4]
     r = explain.build("gemm", cfg, shape=(4096, 2048, 4096), arch="sm_90", measure=False)
     assert r["params"]["minb"] == cfg.get("minb", 0) and r["built_minb"] == want
     assert r["occupancy"]["blocks"] == want and r["resources"]["spill_bytes"] == 0
@@ -347,7 +347,7 @@ def test_k_slices_share_the_copies_and_read_their_own_rows():
     row of every warp), and slices 1.. hand their sums over through shared memory, conflict-free."""
     from tilegemm import model
 
-    base = {**model.TILES["64x64f"]}
+    base = {**builds.TILES["64x64f"]}
     one = {x.access.name: x for x in patterns.predict("gemm", base, K=1024)}
     two = {x.access.name: x for x in patterns.predict("gemm", {**base, "ks": 2}, K=1024)}
     for name in ("A copy (transposed, LDGSTS.32)", "B copy (LDGSTS.128)"):

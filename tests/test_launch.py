@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from tilegemm import access, dispatch, launch, model, registry, runtime, steps
+from tilegemm import access, builds, dispatch, launch, registry, runtime, steps
 from tilegemm.arrays import Operand
 from tilegemm.compiler import KERNEL_DIR
 from tilegemm.plan import plan
@@ -126,7 +126,7 @@ def stubs(monkeypatch):
     return SimpleNamespace(log=log, built=built, lds=stubs_lds)
 
 
-ARCH = ["sm_90"]  # the arch the stubbed device reports (model.ARCH_MINB is per arch)
+ARCH = ["sm_90"]  # the arch the stubbed device reports (builds.ARCH_MINB is per arch)
 
 
 WORK = 0x900000
@@ -280,7 +280,7 @@ def test_unaligned_operands_take_narrow_accesses_for_themselves_only(stubs):
     assert stubs.built[-1][3]["minb"] == 2
     assert _built_widths(stubs, b=(64, 62), out=(64, 62), config={**HUGE, "splits": 1}) == (4, 2, 2)
     assert _built_widths(stubs, pb=PB + 8, b=(64, 64), out=(64, 64)) == (4, 2, 4)  # every row 8 bytes off
-    # 64x64f stream-K reads both classes by rows at its own minb (model.BY_ROWS_MINB), aligned rows at the tile's
+    # 64x64f stream-K reads both classes by rows at its own minb (builds.BY_ROWS_MINB), aligned rows at the tile's
     sk = {"bm": 64, "bn": 64, "tm": 8, "tn": 8, "ln": 8, "minb": 4, "bk": 8, "swizzle": 8, "stages": 3, "sk": 1}
     assert _built_widths(stubs, a=(64, 4000), b=(4000, 63), out=(64, 63), config={**sk, "splits": 1}) == (4, 3, 1)
     assert stubs.built[-1][3]["minb"] == 5
@@ -288,7 +288,7 @@ def test_unaligned_operands_take_narrow_accesses_for_themselves_only(stubs):
     assert stubs.built[-1][3]["minb"] == 5
     assert _built_widths(stubs, a=(64, 4000), b=(4000, 64), out=(64, 64), config={**sk, "splits": 1}) == 4
     assert stubs.built[-1][3]["minb"] == 4
-    # 64x128 reads rows of twice an odd length by rows at minb 4 (model.BY_ROWS_MINB), rows of odd
+    # 64x128 reads rows of twice an odd length by rows at minb 4 (builds.BY_ROWS_MINB), rows of odd
     # length 4 bytes at a time and aligned rows at the tile's minb 0
     wide = {"bm": 64, "bn": 128, "tm": 8, "tn": 8, "ln": 8, "minb": 0, "bk": 8, "swizzle": 8, "stages": 3}
     for cfg in ({**wide, "splits": 1}, {**wide, "sk": 2, "splits": 4}):  # the tile's build and its summed one
@@ -298,14 +298,14 @@ def test_unaligned_operands_take_narrow_accesses_for_themselves_only(stubs):
         assert stubs.built[-1][3]["minb"] == 0
         assert _built_widths(stubs, a=(64, 4000), b=(4000, 63), out=(64, 63), config=cfg) == (4, 1, 1)
         assert stubs.built[-1][3]["minb"] == 0
-    # 128x64 reads B's rows narrow in NN at minb 4 on sm_90 (model.ARCH_MINB: the 16-byte build's blocks
+    # 128x64 reads B's rows narrow in NN at minb 4 on sm_90 (builds.ARCH_MINB: the 16-byte build's blocks
     # an SM), aligned rows, a narrow result alone and other archs at the tile's minb 0, split or not
     tall = {"bm": 128, "bn": 64, "tm": 8, "tn": 8, "ln": 8, "minb": 0, "bk": 8, "swizzle": 8, "stages": 3}
     for cfg in ({**tall, "splits": 1}, {**tall, "splits": 4}):
         for cols, widths in ((63, (4, 1, 1)), (62, (4, 2, 2)), (64, 4)):
             got = _built_widths(stubs, a=(64, 4000), b=(4000, cols), out=(64, cols), config=cfg)
             assert got == (widths if cfg["splits"] == 1 or widths == 4 else (4, widths[1], 4))
-            assert stubs.built[-1][3]["minb"] == (0 if cols == 64 else model.ARCH_MINB["sm_90"]["128x64"][1])
+            assert stubs.built[-1][3]["minb"] == (0 if cols == 64 else builds.ARCH_MINB["sm_90"]["128x64"][1])
         assert _built_widths(stubs, pd=PD + 4, config=cfg) == ((4, 4, 1) if cfg["splits"] == 1 else 4)
         assert stubs.built[-1][3]["minb"] == 0
         ARCH[0] = "sm_80"
@@ -419,9 +419,9 @@ def test_nt_runs_as_nn_on_b_transposed_where_the_copy_pays(stubs):
     assert prog.work_floats == -(-planes // 64) * 64 + K * 304
     assert stubs.built[-1][1:3] == ("NN", 4)
     assert len(launches) == 3  # the transpose, the kernel, the reduction
-    # run as NN, the build takes NN's minb on sm_90 (model.ARCH_MINB): 128 x 64 summed at four blocks an
+    # run as NN, the build takes NN's minb on sm_90 (builds.ARCH_MINB): 128 x 64 summed at four blocks an
     # SM; read as NT (one row of A fewer: not transposed), the tile's own
-    tall = {**model.TILES["128x64"], "sk": 2, "splits": 3}
+    tall = {**builds.TILES["128x64"], "sk": 2, "splits": 3}
     run(p, tall, stubs)
     assert stubs.built[-1][1] == "NN" and stubs.built[-1][3]["minb"] == 4
     run(plan(op("a", (M - 1, K), ptr=PA), b, op("out", (M - 1, N), ptr=PD)), tall, stubs)

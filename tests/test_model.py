@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tilegemm import access, autotune, calibration, model, registry, selection, suites
+from tilegemm import access, autotune, builds, calibration, model, registry, selection, suites
 from tilegemm.occupancy import Limits
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,10 +34,10 @@ def test_more_work_is_never_predicted_faster(fitted):
     c, per_sm = fitted["constants"], fitted["blocks_per_sm"]
     assert any(c[k] > 0.01 for k in c if k.endswith(".u")) and any(c[k] > 1.0 for k in c if k.endswith(".v"))
     for M, N, K in _shapes(120):
-        for name, cfg in model.candidates(M, N, K, 1, 132, per_sm):
-            if model.build(name) not in per_sm:  # a tile this set of constants was not fitted for
+        for name, cfg in builds.candidates(M, N, K, 1, 132, per_sm):
+            if builds.build(name) not in per_sm:  # a tile this set of constants was not fitted for
                 continue
-            r = per_sm[model.build(name)]
+            r = per_sm[builds.build(name)]
             last = 0.0
             for w in (4, 2, 1):
                 t = model.predict(c, name, cfg, M, N, K, 1, r, 132, w)
@@ -57,40 +57,40 @@ def test_more_work_is_never_predicted_faster(fitted):
 def test_the_choice_is_always_a_valid_candidate(fitted):
     for M, N, K in _shapes():
         name, cfg, t = model.choose(fitted["constants"], fitted["blocks_per_sm"], M, N, K, 1, 132)
-        assert name in dict(model.candidates(M, N, K, 1, 132, fitted["blocks_per_sm"])) and not registry.FAMILY.violations(
+        assert name in dict(builds.candidates(M, N, K, 1, 132, fitted["blocks_per_sm"])) and not registry.FAMILY.violations(
             registry.FAMILY.params(cfg), SM90)
 
 
 def test_filling_splits_fill_the_block_slots():
-    assert model.filling_splits(72, 792) == [11, 22]  # 72 tiles, 6 blocks an SM on 132 SMs
-    assert model.filling_splits(500, 792) == [3]  # one round holds no second split
-    assert model.filling_splits(900, 792) == [] and model.filling_splits(0, 792) == []
-    plain = dict(model.candidates(336, 718, 8988))
-    per_sm = {model.build(n): 6 for n in plain}
-    more = dict(model.candidates(336, 718, 8988, 1, 132, per_sm))
+    assert builds.filling_splits(72, 792) == [11, 22]  # 72 tiles, 6 blocks an SM on 132 SMs
+    assert builds.filling_splits(500, 792) == [3]  # one round holds no second split
+    assert builds.filling_splits(900, 792) == [] and builds.filling_splits(0, 792) == []
+    plain = dict(builds.candidates(336, 718, 8988))
+    per_sm = {builds.build(n): 6 for n in plain}
+    more = dict(builds.candidates(336, 718, 8988, 1, 132, per_sm))
     assert set(plain) <= set(more)
     assert {"64x64f split11", "64x64f split22", "64x64f split11 summed"} <= set(more) - set(plain)
     assert "64x64f split22 summed" not in more  # over SUMMED_MAX_SPLITS
     assert all(more[n]["splits"] == int(n.split()[1][5:]) for n in more if " split" in n)
-    assert model.candidates(8000, 8000, 8000, 1, 132, per_sm) == model.candidates(8000, 8000, 8000)  # no splits there
+    assert builds.candidates(8000, 8000, 8000, 1, 132, per_sm) == builds.candidates(8000, 8000, 8000)  # no splits there
 
 
 def test_the_splits_as_run_cover_k_with_none_empty():
-    """model.split_k is what dispatch launches and what the model prices: at most the splits asked
+    """builds.split_k is what dispatch launches and what the model prices: at most the splits asked
     for and ceil(K / 4), each but the last starting at a multiple of 4, none empty."""
     for K in [0, 1, 3, 4, 5, 17, 1000, 4097, 8191, 65536] + list(range(1, 200, 7)):
         for asked in (1, 2, 3, 7, 8, 16, 45, 64, 500):
-            splits, k_split = model.split_k(K, asked)
+            splits, k_split = builds.split_k(K, asked)
             assert 1 <= splits <= max(1, min(asked, -(-K // 4))) and k_split % 4 == 0
             if K:
                 assert (splits - 1) * k_split < K <= splits * k_split  # none empty, all of K covered
-    assert model.split_k(17, 4) == (3, 8) and model.split_k(1000, 64) == (63, 16)
+    assert builds.split_k(17, 4) == (3, 8) and builds.split_k(1000, 64) == (63, 16)
 
 
 def test_the_model_prices_the_splits_that_run(fitted):
-    """1000 split 64 ways runs as 63 splits of 16 (model.split_k): priced as the 63 that run."""
+    """1000 split 64 ways runs as 63 splits of 16 (builds.split_k): priced as the 63 that run."""
     c = fitted["constants"]
-    cfg = {**model.TILES["64x64f"], "splits": 64}
+    cfg = {**builds.TILES["64x64f"], "splits": 64}
     asked = model.predict(c, "64x64f split64", cfg, 256, 256, 1000, 1, 6, 132)
     assert asked == model.predict(c, "64x64f split63", {**cfg, "splits": 63}, 256, 256, 1000, 1, 6, 132)
 
@@ -105,17 +105,17 @@ def test_a_s_narrow_reads_are_charged_by_its_share_of_the_tile(fitted):
     shape = (3000, 3000, 3000, 1, 2, 132)
 
     def t(name, a_width=4, width=4):
-        return model.predict(c, name, model.TILES[name], *shape, width, 4, a_width)
+        return model.predict(c, name, builds.TILES[name], *shape, width, 4, a_width)
 
     assert t("128x128", a_width=1) == pytest.approx(t("128x128", width=1)) and t("128x128", a_width=1) > t("128x128")
     for name, a_width in (("128x128", 1), ("128x64", 1), ("64x128", 2)):
-        s = model.NARROW_SHARE[a_width] * model.TILES[name]["bm"] / model.TILES[name]["bn"]
-        assert t(name, a_width=a_width) == pytest.approx(model._predict(c, name, model.TILES[name], *shape, s))
+        s = model.NARROW_SHARE[a_width] * builds.TILES[name]["bm"] / builds.TILES[name]["bn"]
+        assert t(name, a_width=a_width) == pytest.approx(model._predict(c, name, builds.TILES[name], *shape, s))
         assert t(name, a_width=a_width) > t(name)
-    assert t("128x64", a_width=4, width=1) == model.predict(c, "128x64", model.TILES["128x64"], *shape, 1, 4)
+    assert t("128x64", a_width=4, width=1) == model.predict(c, "128x64", builds.TILES["128x64"], *shape, 1, 4)
     for name in ("128x64", "64x64f", "256x128"):
-        s = model.NARROW_SHARE[1] + model.NARROW_SHARE[2] * model.TILES[name]["bm"] / model.TILES[name]["bn"]
-        assert t(name, a_width=2, width=1) == pytest.approx(model._predict(c, name, model.TILES[name], *shape, s))
+        s = model.NARROW_SHARE[1] + model.NARROW_SHARE[2] * builds.TILES[name]["bm"] / builds.TILES[name]["bn"]
+        assert t(name, a_width=2, width=1) == pytest.approx(model._predict(c, name, builds.TILES[name], *shape, s))
     # in TN with A's rows of odd length (M = 9479) the tall 128 x 64 tile is no longer the pick
     # (measured 0.77x cuBLAS there, 64 x 64f stream-K 0.95x)
     assert access.row_widths("TN", 9479, 406, 1384)[0] == 1
@@ -127,32 +127,32 @@ def test_stream_k_shares_the_last_wave_of_many(fitted):
     stream-K still: whole waves of whole tiles, the last wave's k-iterations shared.  Where the data-parallel
     tiles leave a last wave nearly empty, the model picks it (2048 x 11008: 688 tiles of 256 x 128 are 5.2
     waves of one block an SM)."""
-    names = [n for n, _ in model.candidates(2048, 11008, 4096)]
+    names = [n for n, _ in builds.candidates(2048, 11008, 4096)]
     assert -(-2048 // 128) * -(-11008 // 128) >= 8 * 132
     assert not any(" split" in n for n in names)
-    assert [n for n in names if n.endswith("stream-K")] == [f"{t} stream-K" for t in model.WAVE_STREAM_K_TILES]
-    assert set(model.WAVE_STREAM_K_TILES) <= set(model.STREAM_K_TILES)
+    assert [n for n in names if n.endswith("stream-K")] == [f"{t} stream-K" for t in builds.WAVE_STREAM_K_TILES]
+    assert set(builds.WAVE_STREAM_K_TILES) <= set(builds.STREAM_K_TILES)
     name, cfg, _ = model.choose(fitted["constants"], fitted["blocks_per_sm"], 2048, 11008, 4096, 1, 132)
     assert name.endswith("stream-K") and cfg["sk"] == 1
     # the bound: 1055 tiles of 128 x 128 (5 x 211) take splits and all four stream-K tiles, 1056 (32 x 33) not
-    below = [n for n, _ in model.candidates(5 * 128, 211 * 128, 4096)]
-    at = [n for n, _ in model.candidates(32 * 128, 33 * 128, 4096)]
+    below = [n for n, _ in builds.candidates(5 * 128, 211 * 128, 4096)]
+    at = [n for n, _ in builds.candidates(32 * 128, 33 * 128, 4096)]
     assert any(" split" in n for n in below) and not any(" split" in n for n in at)
-    assert {n for n in below if n.endswith("stream-K")} == {f"{t} stream-K" for t in model.STREAM_K_TILES}
-    assert [n for n in at if n.endswith("stream-K")] == [f"{t} stream-K" for t in model.WAVE_STREAM_K_TILES]
+    assert {n for n in below if n.endswith("stream-K")} == {f"{t} stream-K" for t in builds.STREAM_K_TILES}
+    assert [n for n in at if n.endswith("stream-K")] == [f"{t} stream-K" for t in builds.WAVE_STREAM_K_TILES]
 
 
 def test_the_ranking_holds_the_arch_s_capped_builds_at_their_blocks(fitted):
-    """On sm_90 the 128 x 64 summed build runs at four blocks an SM (model.ARCH_MINB, three as
+    """On sm_90 the 128 x 64 summed build runs at four blocks an SM (builds.ARCH_MINB, three as
     calibrated): its predictions change with the arch, no other build's does, and not in NT."""
     M, N, K = 495, 691, 4098
     free = {n: p for n, _, p in model.ranked_for(fitted, M, N, K, 1, 132)}
     capped = {n: p for n, _, p in model.ranked_for(fitted, M, N, K, 1, 132, arch="sm_90")}
-    assert fitted["blocks_per_sm"]["128x64 summed"] == 3 and model.ARCH_MINB["sm_90"]["128x64 summed"][4] == 4
+    assert fitted["blocks_per_sm"]["128x64 summed"] == 3 and builds.ARCH_MINB["sm_90"]["128x64 summed"][4] == 4
     both = free.keys() & capped.keys()
-    summed = [n for n in both if model.build(n) == "128x64 summed"]
+    summed = [n for n in both if builds.build(n) == "128x64 summed"]
     assert summed and any(capped[n] != free[n] for n in summed)
-    assert all(capped[n] == free[n] for n in both if model.build(n) != "128x64 summed")
+    assert all(capped[n] == free[n] for n in both if builds.build(n) != "128x64 summed")
     assert model.ranked_for(fitted, M, N, K, 1, 132, "NT", 4) == model.ranked_for(fitted, M, N, K, 1, 132, "NT", 4,
                                                                                  arch="sm_90")
 
@@ -166,7 +166,7 @@ def test_k_sliced_tiles_are_ranked_only_where_a_block_s_k_is_short(gpu):
     for M, N, K, layout, b in suites.random_shapes(200, 3, ("NN", "NT", "TN", "TT")):
         for name, cfg, _ in model.ranked_for(table, M, N, K, b, 132, layout, arch="sm_90"):
             if cfg.get("ks", 1) > 1:
-                assert model.split_k(K, cfg["splits"])[1] <= model.KS_MAX_K, (M, N, K, name)
+                assert builds.split_k(K, cfg["splits"])[1] <= model.KS_MAX_K, (M, N, K, name)
                 seen["short" if K <= model.KS_MAX_K else "split"] += 1
     assert seen["short"] and seen["split"]
     long_k = [n for n, _, _ in model.ranked_for(table, 4000, 200, 3000, 1, 132, arch="sm_90")]
@@ -182,7 +182,7 @@ def test_split_k_summed_in_the_kernel_is_priced_by_launch(fitted):
     launches of 259, so three launches, the last of 7 blocks, where 74 tiles take two.  (Priced as
     rounds of all the blocks, 525 would take two, and the H200 picked such a config at 0.75x cuBLAS.)"""
     c = fitted["constants"]
-    cfg = {**model.TILES["128x128"], "splits": 7, "sk": 2}
+    cfg = {**builds.TILES["128x128"], "splits": 7, "sk": 2}
     K = 8029
     t = {n: model.predict(c, "128x128 split7 summed", cfg, n * 128, 128, K, 1, 2, 132) for n in (74, 75)}
     iters = 144  # k-iterations of a split: ceil(8029 / 7) = 1147, 1148 rounded up to 4, over bk = 8
@@ -193,7 +193,7 @@ def test_split_k_summed_in_the_kernel_is_priced_by_launch(fitted):
 def test_every_candidate_compiles_without_spills_in_every_layout():
     cfgs = {}
     for M, N, K in ((300, 300, 4096), (8000, 8000, 8000)):
-        cfgs.update(model.candidates(M, N, K))
+        cfgs.update(builds.candidates(M, N, K))
     built = autotune.compile_all(list(cfgs.values()), registry.LAYOUTS, "sm_90")
     bad = {k: v for k, v in built.items() if v[2] is not None or v[1]}
     assert not bad, bad
@@ -284,7 +284,7 @@ def test_tt_takes_the_nt_set_where_the_table_has_one_and_no_tt_set(fitted):
     assert model.set_for(own, *shape, "TT") is own["layouts"]["TT"]
     # the ranking follows the set: TT's predictions are that set's, with TT's read widths
     tt = model.ranked_for(fitted, *shape, 132, "TT", arch="sm_90")
-    by_set = model.ranked(tt_set["constants"], model.blocks_per_sm(nt["blocks_per_sm"], "TT", "sm_90"), *shape, 132,
+    by_set = model.ranked(tt_set["constants"], builds.blocks_per_sm(nt["blocks_per_sm"], "TT", "sm_90"), *shape, 132,
                           "TT")
     assert [(n, t) for n, _, t in tt] == [(n, t) for n, _, t in by_set]
 
@@ -316,13 +316,13 @@ def test_the_selection_takes_the_model_where_no_table_holds_the_shape(fitted, tm
         cfg, source = sel("NN", *shape, 1)
         expected = model.ranked_for(fitted, *shape, 1, 132, arch="sm_90")[0][1]  # the set's constants and residuals
         assert source == "model" and cfg == expected
-    # the ranking takes the device's arch (the blocks per SM of its capped builds: model.blocks_per_sm)
+    # the ranking takes the device's arch (the blocks per SM of its capped builds: builds.blocks_per_sm)
     seen = []
-    real = model.blocks_per_sm
-    monkeypatch.setattr(model, "blocks_per_sm", lambda per_sm, layout, arch: seen.append(arch) or real(per_sm, layout, arch))
+    real = builds.blocks_per_sm
+    monkeypatch.setattr(builds, "blocks_per_sm", lambda per_sm, layout, arch: seen.append(arch) or real(per_sm, layout, arch))
     sel.predicted(495, 691, 4098, 1, 3)
     assert seen and set(seen) == {"sm_90"}
-    monkeypatch.setattr(model, "blocks_per_sm", real)
+    monkeypatch.setattr(builds, "blocks_per_sm", real)
     assert sel("NN", 4096, 4096, 4096, 1)[1] == "shipped"  # measured entries first
     assert sel("NN", 4095, 4095, 4095, 1)[1] == "shipped"
     # a shape the shipped table was not measured on, in the bucket of one it was: the model
@@ -330,7 +330,7 @@ def test_the_selection_takes_the_model_where_no_table_holds_the_shape(fitted, tm
     assert sel("NN", 3000, 3000, 3000, 1)[1] == "model"
     # a shape tuned by the user fills its bucket's key too; a shipped shape of that bucket keeps its
     # own measured entry, and other shapes of the bucket take the tuned one
-    tuned = {"config": dict(model.TILES["64x128"], splits=1), "shape": [3000, 3000, 3000, 1]}
+    tuned = {"config": dict(builds.TILES["64x128"], splits=1), "shape": [3000, 3000, 3000, 1]}
     sel._user = {selection.shape_key("NN", 3000, 3000, 3000, 1): tuned,
                  selection.entry_key("NN", selection.bucket(3000, 3000, 3000, 1)): tuned}
     sel._memo.clear()
@@ -338,7 +338,7 @@ def test_the_selection_takes_the_model_where_no_table_holds_the_shape(fitted, tm
     assert sel("NN", 3000, 3000, 3000, 1) == (tuned["config"], "tuned")
     assert sel("NN", 3500, 3500, 3500, 1) == (tuned["config"], "tuned")
     # another layout: its own bucket entry before NN's entry for the very shape (borrowed)
-    own = {"config": dict(model.TILES["128x64"], splits=1), "shape": [4096, 4096, 4096, 1]}
+    own = {"config": dict(builds.TILES["128x64"], splits=1), "shape": [4096, 4096, 4096, 1]}
     sel._user = {selection.shape_key("NN", 3968, 4096, 4096, 1): {**tuned, "shape": [3968, 4096, 4096, 1]},
                  selection.entry_key("NT", selection.bucket(3968, 4096, 4096, 1)): own}
     sel._memo.clear()
@@ -349,11 +349,11 @@ def test_the_selection_takes_the_model_where_no_table_holds_the_shape(fitted, tm
 
 
 def test_small_only_tiles_below_the_bench_draw():
-    assert model.SMALL_MACS == suites.DRAW["min_macs"]
-    big = {n.split()[0] for n, _ in model.candidates(1024, 1024, 1024)}
-    small = {n.split()[0] for n, _ in model.candidates(1023, 1024, 1024)}
-    assert not big & set(model.SMALL_ONLY) and set(model.SMALL_ONLY) <= small
-    assert not {n.split()[0] for n, _ in model.candidates(512, 512, 512, 8)} & set(model.SMALL_ONLY)
+    assert builds.SMALL_MACS == suites.DRAW["min_macs"]
+    big = {n.split()[0] for n, _ in builds.candidates(1024, 1024, 1024)}
+    small = {n.split()[0] for n, _ in builds.candidates(1023, 1024, 1024)}
+    assert not big & set(builds.SMALL_ONLY) and set(builds.SMALL_ONLY) <= small
+    assert not {n.split()[0] for n, _ in builds.candidates(512, 512, 512, 8)} & set(builds.SMALL_ONLY)
 
 
 def test_held_out_picks_are_measured_on_other_seeds():
@@ -388,10 +388,10 @@ def test_narrow_reads_charge_latency_and_throughput_apart(fitted):
     ``l`` charges ``u`` for both (the form before ``l``), and a larger ``l`` never predicts faster."""
     c, per_sm = dict(fitted["constants"]), fitted["blocks_per_sm"]
     M, N, K = 187, 1367, 10753  # few tiles, long K: rounds of one or two blocks an SM
-    for name, cfg in model.candidates(M, N, K, 1, 132, per_sm):
-        if model.build(name) not in per_sm:
+    for name, cfg in builds.candidates(M, N, K, 1, 132, per_sm):
+        if builds.build(name) not in per_sm:
             continue
-        r, tile = per_sm[model.build(name)], name.split()[0]
+        r, tile = per_sm[builds.build(name)], name.split()[0]
         old = {k: v for k, v in c.items() if k != f"{tile}.l"}
         same = {**old, f"{tile}.l": old[f"{tile}.u"]}
         assert model.predict(old, name, cfg, M, N, K, 1, r, 132, 1) == model.predict(same, name, cfg, M, N, K, 1, r, 132, 1)
@@ -400,7 +400,7 @@ def test_narrow_reads_charge_latency_and_throughput_apart(fitted):
         assert model.predict(more, name, cfg, M, N, K, 1, r, 132, 4) == model.predict(c, name, cfg, M, N, K, 1, r, 132, 4)
     # at one block of 64x64f an SM the latency term binds: under the max (a set without model.MIX) l, not u,
     # sets the narrow cost; blended, u moves it far less than l does
-    cfg = {**model.TILES["64x64f"], "splits": 1}
+    cfg = {**builds.TILES["64x64f"], "splits": 1}
     lone = {**{k: v for k, v in c.items() if k != model.MIX}, "64x64f.b": c["64x64f.a"] / 10}
     t = lambda consts: model.predict(consts, "64x64f", cfg, 64, 64, 4096, 1, 6, 132, 1)
     assert t({**lone, "64x64f.u": lone["64x64f.u"] + 1.0}) == t(lone)
@@ -444,11 +444,11 @@ def test_few_resident_blocks_are_priced_slower_than_the_max_said(fitted):
 
 
 def test_calibrations_with_odd_rows_label_the_builds_that_read_them(fitted, tmp_path):
-    """A calibration measured after the builds of model.BY_ROWS_BUILDS[ODD_ROWS] read rows of odd
+    """A calibration measured after the builds of builds.BY_ROWS_BUILDS[ODD_ROWS] read rows of odd
     length by rows says so (``"odd_rows": true``): its rows of those builds on such shapes were read
     at width ODD_ROWS ("read", what the fit charges), the rest as their shape allows; files without it
     were read 4 bytes at a time.  Likewise one measured after the builds of
-    model.BY_ROWS_BUILDS[ODD_PAIRS] read rows of twice an odd length by rows (``"odd_pairs": true``):
+    builds.BY_ROWS_BUILDS[ODD_PAIRS] read rows of twice an odd length by rows (``"odd_pairs": true``):
     its rows of those builds on such shapes (width 2) were read at ODD_PAIRS; files without it were
     read 8 bytes at a time.  "width" (the shape's, which groups a shape's rows) is the same."""
     paths = [ROOT / "benchmarks" / "results" / "experiments" / f for f in fitted["fitted_on"]]
@@ -475,21 +475,21 @@ def test_calibrations_with_odd_rows_label_the_builds_that_read_them(fitted, tmp_
         changed = dict.fromkeys(classes, 0)
         for b, a in zip(before, after):
             on = next((code for code in classes if b["width"] == access.ROW_CLASSES[code][1]
-                       and model.build(b["candidate"]) in model.BY_ROWS_BUILDS[code]), None)
+                       and builds.build(b["candidate"]) in builds.BY_ROWS_BUILDS[code]), None)
             assert b["read"] == b["width"] == a["width"] and a["read"] == (b["width"] if on is None else on)
             if on is not None:
                 changed[on] += 1
         assert all(n > 0 for n in changed.values()), (flags, changed)
     # a build that reads only one class by rows keeps the other class's rows at the narrower width
     both = files[("odd_rows", "odd_pairs")]
-    assert any(r["width"] == 2 and model.build(r["candidate"]) == "64x64s" and r["read"] == 2 for r in both)
-    assert any(r["width"] == 1 and model.build(r["candidate"]) == "64x128" and r["read"] == 1 for r in both)
-    assert any(r["width"] == 2 and model.build(r["candidate"]) == "64x128" and r["read"] == access.ODD_PAIRS
+    assert any(r["width"] == 2 and builds.build(r["candidate"]) == "64x64s" and r["read"] == 2 for r in both)
+    assert any(r["width"] == 1 and builds.build(r["candidate"]) == "64x128" and r["read"] == 1 for r in both)
+    assert any(r["width"] == 2 and builds.build(r["candidate"]) == "64x128" and r["read"] == access.ODD_PAIRS
                for r in both)
 
 
 def test_a_calibration_of_the_arch_s_capped_builds_replaces_their_earlier_rows(fitted):
-    """A calibration marked ``"arch_minb": true`` timed the builds model.ARCH_MINB names at their minb
+    """A calibration marked ``"arch_minb": true`` timed the builds builds.ARCH_MINB names at their minb
     (128 x 64 summed at four blocks an SM on sm_90): fitted beside files without the mark, that build's
     rows measured at other blocks per SM (three) are left out, the rest kept (two early files measured
     it at four), and its blocks per SM are the marked file's, first or last.  Without a marked file
@@ -506,7 +506,7 @@ def test_a_calibration_of_the_arch_s_capped_builds_replaces_their_earlier_rows(f
     for f in earlier:
         recorded = json.loads(f.read_text())["blocks_per_sm"]
         for r in calibration.load_calibration([f])[0]:
-            if model.build(r["candidate"]) == "128x64 summed":
+            if builds.build(r["candidate"]) == "128x64 summed":
                 stale += recorded[r["candidate"]] != 4
                 kept += recorded[r["candidate"]] == 4
     assert stale > 0 and kept > 0
@@ -585,12 +585,12 @@ def test_offered_builds_are_ranked_for_nn_by_the_main_set_only(fitted):
     included), not for batched products, not by the small set, not on another GPU."""
     offered = model.OFFERED_BUILDS[fitted["gpu"]]
     assert offered and all(b not in fitted["blocks_per_sm"] for b in offered)
-    assert all(model.build(n) == n and n.split()[0] in model.STREAM_K_TILES for n in offered)
+    assert all(builds.build(n) == n and n.split()[0] in builds.STREAM_K_TILES for n in offered)
     shape = (701, 6768, 2304, 1)  # few rows, wide, mid K, rows 16-byte aligned: 64 x 128 stream-K ranks first in NN
     names = lambda t, layout, s=shape: {n for n, _, _ in model.ranked_for(t, *s, 132, layout, arch="sm_90")}
     assert set(offered) <= names(fitted, "NN")
     for b in offered:  # priced at the offered blocks per SM
-        cfg = dict(model.candidates(*shape, 132))[b]
+        cfg = dict(builds.candidates(*shape, 132))[b]
         t = next(t for n, _, t in model.ranked_for(fitted, *shape, 132, "NN", arch="sm_90") if n == b)
         assert t == pytest.approx(model.predict(fitted["constants"], b, cfg, *shape, offered[b], 132))
     assert model.ranked_for(fitted, *shape, 132, "NN", arch="sm_90")[0][0] in offered
@@ -609,12 +609,12 @@ def test_a_table_that_timed_the_offered_builds_ranks_them_itself():
     """The H200's calibrations timed 128 x 64 and 64 x 128 as stream-K: no builds are offered to it, its table
     holds their blocks per SM and ranks them in every layout, single products and batches alike."""
     table = json.loads((TABLE.parent / "model-NVIDIA-H200.json").read_text())
-    builds = set(model.OFFERED_BUILDS["NVIDIA H100 80GB HBM3"])
-    assert table["gpu"] not in model.OFFERED_BUILDS and builds <= set(table["blocks_per_sm"])
+    offered = set(model.OFFERED_BUILDS["NVIDIA H100 80GB HBM3"])
+    assert table["gpu"] not in model.OFFERED_BUILDS and offered <= set(table["blocks_per_sm"])
     for layout in registry.LAYOUTS:
         for count in (1, 3):
             names = {n for n, _, _ in model.ranked_for(table, 701, 6768, 2304, count, 132, layout, arch="sm_90")}
-            assert builds <= names, (layout, count)
+            assert offered <= names, (layout, count)
 
 
 def test_fit_and_held_out_take_no_mix(monkeypatch):

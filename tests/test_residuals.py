@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from tilegemm import model, residuals
+from tilegemm import builds, model, residuals
 
 
 def correction(near, name, M, N, K, width):
@@ -51,10 +51,10 @@ def test_split_counts_borrow_from_their_neighbours():
 
 def test_ranked_multiplies_a_single_products_prediction_by_the_correction():
     c = {}
-    for t, cfg in model.TILES.items():
+    for t, cfg in builds.TILES.items():
         c.update({f"{t}.f": 5.0, f"{t}.a": 1.0, f"{t}.b": 0.3, f"{t}.u": 0.1, f"{t}.l": 0.1, f"{t}.v": 10.0})
     c.update(red0=3.0, red1=0.004, hand=5.0, summed=2.0, launch=3.0)
-    per_sm = {model.build(n): 2 for n, _ in model.candidates(3000, 3000, 3000)}
+    per_sm = {builds.build(n): 2 for n, _ in builds.candidates(3000, 3000, 3000)}
     plain = {n: t for n, _, t in model.ranked(c, per_sm, 3000, 3000, 3000, 1, 132)}
     first = min(plain, key=plain.get)
     near = {first: [residuals.row(3000, 3000, 3000, 4, 1.0)] * 50}  # the model's favourite, measured e times slower
@@ -97,7 +97,7 @@ def test_corrected_predictions_still_grow_with_k_and_waves():
             base, more_k, more_m = times(M, N, K), times(M, N, 2 * K), times(2 * M, N, K)
             for name, (cfg, tt) in base.items():
                 assert more_k.get(name, (cfg, tt))[1] >= tt, (table, name, (M, N, K))
-                wave = t["sms"] * s["blocks_per_sm"][model.build(name)]
+                wave = t["sms"] * s["blocks_per_sm"][builds.build(name)]
                 rounds = [-(-(-(-m // cfg["bm"]) * -(-N // cfg["bn"]) * cfg["splits"]) // wave) for m in (M, 2 * M)]
                 if rounds[1] > rounds[0] and name in more_m and not name.endswith("stream-K"):
                     assert more_m[name][1] >= tt, (table, name, (M, N, K))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tilegemm
-from tilegemm import access, model, registry
+from tilegemm import access, builds, model, registry
 from tilegemm import plan as planning
 from tilegemm.arrays import Operand, classify, describe
 
@@ -344,57 +344,57 @@ def test_family_widths_per_operand():
 
 
 def test_rows_by_rows_by_build():
-    """The builds of model.BY_ROWS_BUILDS[code] read rows of each class of access.ROW_CLASSES by rows
+    """The builds of builds.BY_ROWS_BUILDS[code] read rows of each class of access.ROW_CLASSES by rows
     (ODD_ROWS: rows of odd length; ODD_PAIRS: of twice an odd length), and the model charges them
     NARROW_SHARE[code] of the narrow reads' cost; the others read them at the narrower width (4 or
     8 bytes), charged in full for it."""
     F = registry.FAMILY
     kinds = {0: "", 1: " stream-K", 2: " summed"}
     for code in access.ROW_CLASSES:
-        on = {name + kinds[sk] for name, cfg in model.TILES.items() for sk in (0, 1, 2)
-              if model.by_rows(F.params({**cfg, "sk": sk}), code)}
-        assert on == set(model.BY_ROWS_BUILDS[code]), code
-    assert set(model.BY_ROWS_BUILDS) == set(access.ROW_CLASSES) == {access.ODD_ROWS, access.ODD_PAIRS}
+        on = {name + kinds[sk] for name, cfg in builds.TILES.items() for sk in (0, 1, 2)
+              if builds.by_rows(F.params({**cfg, "sk": sk}), code)}
+        assert on == set(builds.BY_ROWS_BUILDS[code]), code
+    assert set(builds.BY_ROWS_BUILDS) == set(access.ROW_CLASSES) == {access.ODD_ROWS, access.ODD_PAIRS}
     assert access.ROW_CLASSES == {access.ODD_ROWS: (2, 1), access.ODD_PAIRS: (4, 2)}
     # the kernel takes a class where B's tile splits into whole copies of both widths per thread
-    assert all(access.ODD_ROWS in registry.family_row_classes(F.params(cfg)) for cfg in model.TILES.values())
-    assert all(access.ODD_PAIRS in registry.family_row_classes(F.params(model.TILES[b.split()[0]]))
-               for b in model.BY_ROWS_BUILDS[access.ODD_PAIRS])
+    assert all(access.ODD_ROWS in registry.family_row_classes(F.params(cfg)) for cfg in builds.TILES.values())
+    assert all(access.ODD_PAIRS in registry.family_row_classes(F.params(builds.TILES[b.split()[0]]))
+               for b in builds.BY_ROWS_BUILDS[access.ODD_PAIRS])
     for name in ("256x128", "128x64", "64x64s", "128x128w"):  # B's tile: no whole 16-byte copies per thread
-        assert access.ODD_PAIRS not in registry.family_row_classes(F.params(model.TILES[name])), name
-        assert not any(b.split()[0] == name for b in model.BY_ROWS_BUILDS[access.ODD_PAIRS]), name
-    assert registry.family_row_classes(F.params(model.TILES["128x128"])) == (access.ODD_ROWS, access.ODD_PAIRS)
-    assert registry.family_row_classes(F.params({**model.TILES["128x128"], "stages": 0})) == ()
-    assert not model.by_rows(F.params({**model.TILES["256x128"], "sk": 1}), access.ODD_ROWS)  # not in the list
-    assert not model.by_rows(F.params(model.TILES["256x128"]), access.ODD_PAIRS)
-    assert not model.by_rows(F.params(model.TILES["64x64s"]), access.ODD_PAIRS)  # by rows of odd length only
-    assert model.by_rows(F.params(model.TILES["64x64s"]), access.ODD_ROWS) == F.params(model.TILES["64x64s"])
-    assert not model.by_rows(F.params(model.TILES["64x128"]), access.ODD_ROWS)  # by rows of twice an odd length only
+        assert access.ODD_PAIRS not in registry.family_row_classes(F.params(builds.TILES[name])), name
+        assert not any(b.split()[0] == name for b in builds.BY_ROWS_BUILDS[access.ODD_PAIRS]), name
+    assert registry.family_row_classes(F.params(builds.TILES["128x128"])) == (access.ODD_ROWS, access.ODD_PAIRS)
+    assert registry.family_row_classes(F.params({**builds.TILES["128x128"], "stages": 0})) == ()
+    assert not builds.by_rows(F.params({**builds.TILES["256x128"], "sk": 1}), access.ODD_ROWS)  # not in the list
+    assert not builds.by_rows(F.params(builds.TILES["256x128"]), access.ODD_PAIRS)
+    assert not builds.by_rows(F.params(builds.TILES["64x64s"]), access.ODD_PAIRS)  # by rows of odd length only
+    assert builds.by_rows(F.params(builds.TILES["64x64s"]), access.ODD_ROWS) == F.params(builds.TILES["64x64s"])
+    assert not builds.by_rows(F.params(builds.TILES["64x128"]), access.ODD_ROWS)  # by rows of twice an odd length only
     # the variants that keep their blocks an SM (BY_ROWS_MINB)
-    sk = F.params({**model.TILES["64x64f"], "sk": 1})
+    sk = F.params({**builds.TILES["64x64f"], "sk": 1})
     for code in access.ROW_CLASSES:
-        assert model.BY_ROWS_MINB[code]["64x64f stream-K"] == 5
-        assert model.by_rows(sk, code) == {**sk, "minb": 5}  # keeps its blocks an SM
-        assert model.by_rows(F.params(model.TILES["64x64f"]), code) == F.params(model.TILES["64x64f"])
-        assert not model.by_rows(F.params({**model.TILES["128x128"], "tm": 8, "ln": 4, "minb": 1}), code)  # no candidate's
-        assert not model.by_rows(F.params({**model.TILES["128x128"], "mma": 1}), code)  # the tensor cores
-    assert model.BY_ROWS_MINB[access.ODD_PAIRS]["64x128"] == model.BY_ROWS_MINB[access.ODD_PAIRS]["64x128 summed"] == 4
+        assert builds.BY_ROWS_MINB[code]["64x64f stream-K"] == 5
+        assert builds.by_rows(sk, code) == {**sk, "minb": 5}  # keeps its blocks an SM
+        assert builds.by_rows(F.params(builds.TILES["64x64f"]), code) == F.params(builds.TILES["64x64f"])
+        assert not builds.by_rows(F.params({**builds.TILES["128x128"], "tm": 8, "ln": 4, "minb": 1}), code)  # no candidate's
+        assert not builds.by_rows(F.params({**builds.TILES["128x128"], "mma": 1}), code)  # the tensor cores
+    assert builds.BY_ROWS_MINB[access.ODD_PAIRS]["64x128"] == builds.BY_ROWS_MINB[access.ODD_PAIRS]["64x128 summed"] == 4
     for sk in (0, 2):
-        q = F.params({**model.TILES["64x128"], "sk": sk})
-        assert q["minb"] == 0 and model.by_rows(q, access.ODD_PAIRS) == {**q, "minb": 4}
-    q = F.params(model.TILES["128x128"])
-    assert model.by_rows(q, access.ODD_PAIRS) == model.by_rows(q, access.ODD_ROWS) == q  # the tile's own minb
+        q = F.params({**builds.TILES["64x128"], "sk": sk})
+        assert q["minb"] == 0 and builds.by_rows(q, access.ODD_PAIRS) == {**q, "minb": 4}
+    q = F.params(builds.TILES["128x128"])
+    assert builds.by_rows(q, access.ODD_PAIRS) == builds.by_rows(q, access.ODD_ROWS) == q  # the tile's own minb
     # the width each build is charged for
-    assert model.read_width("128x128 split8 summed", 1) == access.ODD_ROWS
-    assert model.read_width("256x128 stream-K", 1) == 1
-    assert model.read_width("128x128", 2) == access.ODD_PAIRS
-    assert model.read_width("128x128 split8 summed", 2) == access.ODD_PAIRS
-    assert model.read_width("128x64", 2) == 2 and model.read_width("64x64s", 2) == 2  # not in the list
-    assert model.read_width("64x128", 2) == access.ODD_PAIRS and model.read_width("64x128", 1) == 1
-    assert model.read_width("128x128", 2, classes=(access.ODD_ROWS,)) == 2  # a calibration before the class
-    assert model.read_width("128x128", 1, classes=(access.ODD_PAIRS,)) == 1
-    assert model.read_width("128x128", 1, classes=()) == 1 and model.read_width("128x128", 2, classes=()) == 2
-    assert model.read_width("128x128", 4) == 4  # A's rows are charged in predict, by their share of the tile
+    assert builds.read_width("128x128 split8 summed", 1) == access.ODD_ROWS
+    assert builds.read_width("256x128 stream-K", 1) == 1
+    assert builds.read_width("128x128", 2) == access.ODD_PAIRS
+    assert builds.read_width("128x128 split8 summed", 2) == access.ODD_PAIRS
+    assert builds.read_width("128x64", 2) == 2 and builds.read_width("64x64s", 2) == 2  # not in the list
+    assert builds.read_width("64x128", 2) == access.ODD_PAIRS and builds.read_width("64x128", 1) == 1
+    assert builds.read_width("128x128", 2, classes=(access.ODD_ROWS,)) == 2  # a calibration before the class
+    assert builds.read_width("128x128", 1, classes=(access.ODD_PAIRS,)) == 1
+    assert builds.read_width("128x128", 1, classes=()) == 1 and builds.read_width("128x128", 2, classes=()) == 2
+    assert builds.read_width("128x128", 4) == 4  # A's rows are charged in predict, by their share of the tile
     assert access.row_widths("TN", 1001, 500, 64) == (1, 4) and access.row_widths("NN", 500, 1001, 64) == (4, 1)
     assert access.row_widths("NT", 1001, 1001, 64) == (4, 4)
     assert access.row_widths("NN", 500, 1002, 8000) == (4, 2)
@@ -402,7 +402,7 @@ def test_rows_by_rows_by_build():
     assert 0.0 < model.NARROW_SHARE[access.ODD_PAIRS] < model.NARROW_SHARE[2]
     c = {f"128x128.{k}": v for k, v in dict(f=5.0, a=1.0, b=0.5, u=0.4, l=0.2, v=0.0).items()}
     c.update(red0=3.0, red1=0.004, hand=5.0, summed=2.0, launch=3.0)
-    cfg = {**model.TILES["128x128"], "splits": 1}
+    cfg = {**builds.TILES["128x128"], "splits": 1}
     t = {w: model.predict(c, "128x128", cfg, 500, 1001, 8000, 1, 2, 132, w)
          for w in (4, access.ODD_PAIRS, 2, access.ODD_ROWS, 1)}
     assert t[4] < t[access.ODD_PAIRS] < t[2] < t[access.ODD_ROWS] < t[1]

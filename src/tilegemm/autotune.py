@@ -16,7 +16,7 @@ import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-from . import access, gpu, model, registry, selection, suites, timing
+from . import access, builds, gpu, model, registry, selection, suites, timing
 from .occupancy import Limits, occupancy
 
 F = registry.FAMILY
@@ -179,7 +179,7 @@ def compile_all(cfgs: list[dict], layouts, arch: str, vec: int = 4, progress=Non
 QUICK_TOP = 6  # the model's best candidates timed by the quick tuning (the default)
 QUICK_TARGET_S = 0.05  # seconds of timing per quick candidate (the full search: 0.15)
 # the full search also times the cost model's best this many: its candidates include what GRID does not
-# enumerate (k-sliced tiles, split counts that fill the SMs' block slots, model.candidates)
+# enumerate (k-sliced tiles, split counts that fill the SMs' block slots, builds.candidates)
 FULL_MODEL_TOP = 12
 
 
@@ -222,9 +222,9 @@ def tune_shape(device: int, layout: str, M: int, N: int, K: int, count: int = 1,
         launches = {_key(c) for c in cands}  # one kernel is timed once, however its config is written
         cands += [c for c in sel.predicted(M, N, K, count, FULL_MODEL_TOP, layout) if _key(c) not in launches]
     # each built as it will run the product (an NT product whose B is transposed first runs as NN),
-    # at 16-byte access at the minb the arch's build takes (model.ARCH_MINB)
+    # at 16-byte access at the minb the arch's build takes (builds.ARCH_MINB)
     run_as = [access.family_layout(F.params(c), layout, M, N, K, count) for c in cands]
-    runs = [model.arch_minb(F.params(c), r, 4, props.arch) for c, r in zip(cands, run_as)]
+    runs = [builds.arch_minb(F.params(c), r, 4, props.arch) for c, r in zip(cands, run_as)]
     built = {}
     for lay in dict.fromkeys(run_as):
         built.update(compile_all([q for q, r in zip(runs, run_as) if r == lay], [lay], props.arch))

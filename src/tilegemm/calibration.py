@@ -20,20 +20,20 @@ import math
 import sys
 from pathlib import Path
 
-from . import access, model, residuals, results
+from . import access, builds, model, residuals, results
 from .parsing import ArgParser, parse_args, run_command
 
 
 def _names(tiles, mix: bool = True) -> list[str]:
     """The constants' names: six per tile config of ``tiles``, then the global ones (``mix`` among
     them where asked: model.MIX)."""
-    return ([f"{t}.{k}" for t in model.TILES if t in tiles for k in ("f", "a", "b", "u", "l", "v")] + list(model.GLOBALS)
+    return ([f"{t}.{k}" for t in builds.TILES if t in tiles for k in ("f", "a", "b", "u", "l", "v")] + list(model.GLOBALS)
             + [model.MIX] * mix)
 
 
 def _start() -> dict:
     c = {}
-    for t, cfg in model.TILES.items():
+    for t, cfg in builds.TILES.items():
         flop = 2.0 * cfg["bm"] * cfg["bn"] * cfg["bk"]  # one k-iteration of a block
         c[f"{t}.b"] = flop / 0.45e6  # an SM near 0.45 TFLOPS: us
         c[f"{t}.a"] = 1.5 * c[f"{t}.b"]
@@ -51,8 +51,8 @@ def fit(rows: list[dict], per_sm: dict, sms: int, iterations: int = 60, mix: boo
     (constants, root mean square of the log error)."""
     import numpy as np
 
-    rows = [r for r in rows if r.get("ms") and model.build(r["candidate"]) in per_sm
-            and model.current(r["candidate"], r["config"])]
+    rows = [r for r in rows if r.get("ms") and builds.build(r["candidate"]) in per_sm
+            and builds.current(r["candidate"], r["config"])]
     names = _names({r["candidate"].split()[0] for r in rows}, mix)
     x = np.log(np.array([_start()[n] for n in names]))
     y = np.log(np.array([1e3 * r["ms"] for r in rows]))
@@ -61,7 +61,7 @@ def fit(rows: list[dict], per_sm: dict, sms: int, iterations: int = 60, mix: boo
         with np.errstate(over="ignore", invalid="ignore"):  # a trial step may overflow; its error is then rejected
             c = dict(zip(names, np.exp(v)))
             return np.log([model.predict(c, r["candidate"], r["config"], r["M"], r["N"], r["K"], r["batch"],
-                                   per_sm[model.build(r["candidate"])], sms, r["read"], r["out_width"],
+                                   per_sm[builds.build(r["candidate"])], sms, r["read"], r["out_width"],
                                          r["a_read"]) for r in rows]) - y
 
     lam, res = 1e-2, residuals(x)
@@ -90,34 +90,34 @@ def residual_rows(rows: list[dict], c: dict, per_sm: dict, sms: int) -> dict:
     """The residuals (residuals.py) of calibration ``rows`` under constants ``c``, by candidate."""
     out: dict = {}
     for r in rows:
-        if r.get("ms") and r["batch"] == 1 and model.build(r["candidate"]) in per_sm:
+        if r.get("ms") and r["batch"] == 1 and builds.build(r["candidate"]) in per_sm:
             t = model.predict(c, r["candidate"], r["config"], r["M"], r["N"], r["K"], 1,
-                              per_sm[model.build(r["candidate"])], sms, r["read"], r["out_width"], r["a_read"])
+                              per_sm[builds.build(r["candidate"])], sms, r["read"], r["out_width"], r["a_read"])
             out.setdefault(r["candidate"], []).append(
                 residuals.row(r["M"], r["N"], r["K"], r["read"], math.log(1e3 * r["ms"] / t)))
     return out
 
 
-# The flag a calibration file carries when its builds (model.BY_ROWS_BUILDS) read that class of rows
+# The flag a calibration file carries when its builds (builds.BY_ROWS_BUILDS) read that class of rows
 # (access.ROW_CLASSES) by rows; scripts/calibrate.py writes them all
 ROW_CLASS_FLAGS = {access.ODD_ROWS: "odd_rows", access.ODD_PAIRS: "odd_pairs"}
 
 
 def load_calibration(paths) -> tuple[list[dict], dict, int, str]:
-    """(rows, blocks per SM by build (model.build), SMs, GPU name) of calibration files of one GPU;
-    rows of tile configs the model no longer runs (``model.current``) or no longer offers for the
-    row's shape (``model.candidates``) are left out, and the blocks per SM of builds no row is left of.
-    Files marked ``"arch_minb": true`` timed the builds dispatch runs at model.ARCH_MINB's minb: where
+    """(rows, blocks per SM by build (builds.build), SMs, GPU name) of calibration files of one GPU;
+    rows of tile configs the model no longer runs (``builds.current``) or no longer offers for the
+    row's shape (``builds.candidates``) are left out, and the blocks per SM of builds no row is left of.
+    Files marked ``"arch_minb": true`` timed the builds dispatch runs at builds.ARCH_MINB's minb: where
     such a file times a build ARCH_MINB names, that build's rows from files without the mark measured
     at other blocks per SM (an earlier build of it) are left out, and its blocks per SM are the marked
     files'.
     Each row gets the access widths its operands allow and its result was stored with
     (the narrower of access.row_widths, and out_width; "width", "out_width") and the width its candidate read with, as the
-    model charges it (B's, "read", model.read_width, of B's width "b_width"; A's, "a_read"): files measured before the kernels took
+    model charges it (B's, "read", builds.read_width, of B's width "b_width"; A's, "a_read"): files measured before the kernels took
     8-byte accesses lack ``"pairs": true``, and those measured before rows read 4 bytes at a time
     were copied from a threshold lack ``"odd_copies": true``, and ``"odd_copy_macs"`` gives the threshold
     (access.ODD_COPY_MACS_FIRST where absent); those measured
-    before the builds of ``model.BY_ROWS_BUILDS`` read rows of odd length by rows lack
+    before the builds of ``builds.BY_ROWS_BUILDS`` read rows of odd length by rows lack
     ``"odd_rows": true``, and their rows were read at width 1; those measured before they read rows
     of twice an odd length by rows lack ``"odd_pairs": true``, and their rows were read at width 2."""
     rows, per_sm, marked, sms, gpu = [], {}, {}, None, None
@@ -125,34 +125,34 @@ def load_calibration(paths) -> tuple[list[dict], dict, int, str]:
         d = _read(p, gpu)
         offered = {}
         classes = tuple(code for code, flag in ROW_CLASS_FLAGS.items() if d.get(flag))  # read by rows
-        builds = {model.build(name): n for name, n in d["blocks_per_sm"].items()}  # for the filling split counts
+        per_build = {builds.build(name): n for name, n in d["blocks_per_sm"].items()}  # for the filling split counts
         for r in d["rows"]:
             key = (r["M"], r["N"], r["K"], r["batch"])
             if key not in offered:
-                offered[key] = {n for n, _ in model.candidates(*key, d["sms"], builds)}
-            if model.current(r["candidate"], r["config"]) and r["candidate"] in offered[key]:
+                offered[key] = {n for n, _ in builds.candidates(*key, d["sms"], per_build)}
+            if builds.current(r["candidate"], r["config"]) and r["candidate"] in offered[key]:
                 pairs = bool(d.get("pairs"))
                 a, b = access.row_widths(r["layout"], *key, pairs=pairs, odd=bool(d.get("odd_copies")),
                                          odd_from=d.get("odd_copy_macs", access.ODD_COPY_MACS_FIRST))
                 rows.append({**r, "width": min(a, b), "out_width": access.out_width(r["N"], pairs=pairs),
-                             "read": model.read_width(r["candidate"], b, classes), "a_read": a, "b_width": b,
+                             "read": builds.read_width(r["candidate"], b, classes), "a_read": a, "b_width": b,
                              "marked": bool(d.get("arch_minb")),
                              "blocks": d["blocks_per_sm"].get(r["candidate"])})
-        blocks = {model.build(name): n for name, n in d["blocks_per_sm"].items()
-                  if model.current(name, d["configs"][name])}
+        blocks = {builds.build(name): n for name, n in d["blocks_per_sm"].items()
+                  if builds.current(name, d["configs"][name])}
         per_sm.update(blocks)
         if d.get("arch_minb"):
             marked.update(blocks)
         sms, gpu = d["sms"], d["gpu"]
-    newer = {b: n for b, n in marked.items() if any(b in caps for caps in model.ARCH_MINB.values())}
+    newer = {b: n for b, n in marked.items() if any(b in caps for caps in builds.ARCH_MINB.values())}
     kept = []
     for r in rows:
         was_marked, blocks = r.pop("marked"), r.pop("blocks")
-        if was_marked or newer.get(model.build(r["candidate"]), blocks) == blocks:
+        if was_marked or newer.get(builds.build(r["candidate"]), blocks) == blocks:
             kept.append(r)
     rows = kept
     per_sm.update(newer)
-    built = {model.build(r["candidate"]) for r in rows}
+    built = {builds.build(r["candidate"]) for r in rows}
     return rows, {b: n for b, n in per_sm.items() if b in built}, sms, gpu
 
 

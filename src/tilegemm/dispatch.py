@@ -17,7 +17,7 @@ import dataclasses
 
 import numpy as np
 
-from . import gpu, hopper, model, registry
+from . import builds, gpu, hopper, registry
 from .arrays import UNKNOWN, Operand, describe
 from .launch import (GEMM, RUNG, WGMMA, A, B, C, D, W, Program, Step, launcher, wgmma_launcher,
                      wgmma_tf32_launcher)
@@ -281,9 +281,9 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
     sa, sb, sc, sd = g.strides
     cfg = {k: v for k, v in config.items() if k != "splits"}
     sk = cfg.get("sk", 0)
-    # the splits as run (model.split_k: a config named by the call, or chosen for a bucket of shapes,
+    # the splits as run (builds.split_k: a config named by the call, or chosen for a bucket of shapes,
     # that asks for more than K allows runs with as many as it does)
-    splits, k_split = model.split_k(g.K, 1 if sk == 1 else config.get("splits", 1))
+    splits, k_split = builds.split_k(g.K, 1 if sk == 1 else config.get("splits", 1))
     params = registry.FAMILY.params(cfg)
     cp_async = params["stages"] >= 2
     ops = [(at[A], g.lda, sa), (at[B], g.ldb, sb)]
@@ -300,13 +300,13 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
             ops[i] = (0, aligned_cols(views[i][1]), 0)  # the copy: aligned rows
     # the parameters with which it reads B's rows of each class by rows, where it does (access.ROW_CLASSES)
     by_rows = {code: q for code in ROW_CLASSES
-               if (q := model.by_rows(params, code)) is not None and code in registry.family_row_classes(q)}
+               if (q := builds.by_rows(params, code)) is not None and code in registry.family_row_classes(q)}
     vec = family_widths(layout, cp_async, ops[0], ops[1], None if sk == 0 and splits > 1 else (at[D], g.ldd, sd),
                         tuple(by_rows))
-    # the build's parameters: B's rows read by rows (model.BY_ROWS_MINB), or not, at the blocks an SM
-    # the arch's build holds where that was measured (model.ARCH_MINB)
+    # the build's parameters: B's rows read by rows (builds.BY_ROWS_MINB), or not, at the blocks an SM
+    # the arch's build holds where that was measured (builds.ARCH_MINB)
     q = (by_rows[vec[1]] if isinstance(vec, tuple) and vec[1] in by_rows
-         else model.arch_minb(params, layout, vec, gpu.device_properties(device).arch))
+         else builds.arch_minb(params, layout, vec, gpu.device_properties(device).arch))
     if q is not params:
         cfg = {k: v for k, v in q.items() if k != "splits"}
     lda, ldb = ops[0][1], ops[1][1]

@@ -2,8 +2,9 @@
 does to it (tiles, waves at the blocks that fit on an SM, k-iterations per block, the reduction or
 hand-over), with a few constants per tile config fitted to measurements; pick the least.
 
-Candidates: tile configs of the family (``TILES``), each run one block per tile (data-parallel), split over K with a
-reduction, split and summed in the kernel (sk = 2) or as stream-K (sk = 1).
+Candidates (builds.py): tile configs of the family (``builds.TILES``), each run one block per tile
+(data-parallel), split over K with a reduction, split and summed in the kernel (sk = 2) or as
+stream-K (sk = 1).
 
 The model, in microseconds.  A tile config T has six constants: ``f`` (a block's fixed cost:
 prologue, epilogue), ``a`` (one k-iteration of a block alone on an SM, bound by latency), ``b``
@@ -44,47 +45,15 @@ from __future__ import annotations
 
 import math
 
-from . import access, residuals
+from . import access, builds, residuals
 
-# tile configs of the family, all with the cp.async pipeline (3 stages, bk = 8)
-_PIPE = {"bk": 8, "swizzle": 8, "stages": 3}
-TILES = {
-    "256x128": {"bm": 256, "bn": 128, "tm": 16, "tn": 8, "ln": 2, "minb": 1, **_PIPE},
-    "128x256": {"bm": 128, "bn": 256, "tm": 16, "tn": 8, "ln": 4, "minb": 1, **_PIPE},
-    "128x128": {"bm": 128, "bn": 128, "tm": 16, "tn": 8, "ln": 8, "minb": 2, **_PIPE},
-    "128x128w": {"bm": 128, "bn": 128, "tm": 8, "tn": 8, "ln": 4, "minb": 0, **_PIPE},
-    "64x256": {"bm": 64, "bn": 256, "tm": 8, "tn": 16, "ln": 8, "minb": 0, **_PIPE},
-    "64x128": {"bm": 64, "bn": 128, "tm": 8, "tn": 8, "ln": 8, "minb": 0, **_PIPE},
-    "128x64": {"bm": 128, "bn": 64, "tm": 8, "tn": 8, "ln": 8, "minb": 0, **_PIPE},
-    "64x64": {"bm": 64, "bn": 64, "tm": 8, "tn": 4, "ln": 8, "minb": 0, **_PIPE},
-    # two warps of 8 x 8 a thread: twice the FFMAs per shared-memory read of "64x64", four blocks an SM
-    "64x64f": {"bm": 64, "bn": 64, "tm": 8, "tn": 8, "ln": 8, "minb": 4, **_PIPE},
-    # "64x64f" with two k slices a block (gemm.cu KS): twice the warps a tile for products of few tiles, each
-    # slice reading half of every k tile; one block per tile or split (the slices take SK = 0)
-    "64x64s": {"bm": 64, "bn": 64, "tm": 8, "tn": 8, "ln": 8, "minb": 4, "ks": 2, **_PIPE},
-    "32x256": {"bm": 32, "bn": 256, "tm": 8, "tn": 16, "ln": 8, "minb": 0, **_PIPE},
-    # two warps of 4 x 4 a thread: for small products, where more blocks mean more SMs at work
-    "32x32": {"bm": 32, "bn": 32, "tm": 4, "tn": 4, "ln": 8, "minb": 0, "bk": 16, "swizzle": 8, "stages": 2},
-}
-SPLITS = (2, 4, 8, 16, 32, 64, 128, 256)
-SPLIT_TILES = ("128x128", "64x128", "128x64", "64x64", "64x64f", "64x64s", "32x256", "32x32")  # also run split over K
-STREAM_K_TILES = ("256x128", "128x128", "128x128w", "64x64f", "128x64", "64x128")  # also run as stream-K
 # Builds the GPU's calibrations never timed (the H200's did; its table ranks them), offered to single NN products by the
 # main set at the driver's blocks per SM: 41 picks changed of 300 fresh NN shapes 1.075x -> 1.100x; TT 1.057x -> 1.045x
 OFFERED_BUILDS = {"NVIDIA H100 80GB HBM3": {"128x64 stream-K": 3, "64x128 stream-K": 3}}
-# run as stream-K also where there are 8 * SMs or more of 128 x 128 tiles (whole waves, stream-K sharing only the last): on
-# 54 picks of a fresh draw that changed to stream-K when all four were offered there, against the data-parallel picks,
-# 256 x 128 ran its 25 2.1% faster, 128 x 128 its 20 1.2%; 128 x 128w its 8 6.0% slower, 64 x 64f its one 8.5% (perf-notes)
-WAVE_STREAM_K_TILES = ("256x128", "128x128")
-SUMMED_TILES = ("128x128", "64x128", "128x64", "64x64", "64x64f", "32x32")  # also split over K and summed in the kernel
-# summed in the kernel at up to SUMMED_MAX_SPLITS splits: on a probe of 16 long-K shapes
-# with few tiles (four tiles split 8, 16 and 32 ways, both ways), summed at 16 splits was the fastest
-# of the probe's 24 configs on 3 (by 2.6-6.4%); at 32 the sum was slower than the reduction kernel
-# for 62 of 64 tile-shape pairs (docs/perf-notes.md)
-SUMMED_MAX_SPLITS = 16
-# Tiles of k slices (ks > 1) ranked only where a block's K is at most KS_MAX_K: the slices hide a short main loop's latency;
-# on the 20 picks 64x64s made among 1900 fresh shapes (four layouts, H200), the picks without it ran 3-10% faster on 5 of
-# the 6 whose blocks took more K, 1% slower on the 14 with less (docs/perf-notes.md).  Its constants are fitted on all K.
+# Tiles of k slices (ks > 1) ranked only where a block's K is at most KS_MAX_K: the slices hide a short main loop's
+# latency, and their constants, fitted on all K, price a long one too cheaply.  On the 20 picks 64x64s made among 1900
+# fresh shapes (four layouts, H200), the picks without it ran 3-10% faster on 5 of the 6 whose blocks took more K; on
+# fresh draws after, the 23 picks the bound changed, 18 faster (NN 1.020x -> 1.045x on 18; docs/perf-notes.md).
 KS_MAX_K = 1024
 GLOBALS = ("red0", "red1", "hand", "summed", "launch")
 # A set's constant that blends a round's two bounds, (lat^p + thr^p)^(1/p), instead of taking the larger (a set
@@ -100,26 +69,11 @@ SET_STAND_INS, STAND_IN_MAIN = {"TT": "NT"}, (".u", ".l")
 # close calls to picks up to 20% slower (docs/model.md); a tile not listed keeps 1.0
 LAYOUT_RATES = {("NVIDIA H100 80GB HBM3", "TN"): {"256x128": 1.05, "128x256": 1.06}}
 LAYOUT_RATES_ON = True  # the switch that A/B runs turn off
-SMALL_ONLY = ("32x32",)  # offered only for products below SMALL_MACS multiply-adds
-SMALL_MACS = 1024**3  # the bench draw's smallest product (suites.DRAW), the small set's bound
 # The share of the narrow-access costs ``u`` and ``l`` paid at each width (access.row_widths): 8-byte accesses
 # recovered 49% of the log-time gap to 16-byte ones, so pay half; rows of odd length read by rows (ODD_ROWS)
 # 0.7, measured 0.65-0.79; rows of twice an odd length (ODD_PAIRS) half of the 8-byte gap by the copies'
 # count times the 0.37 measured, about 0.2 (docs/model.md, docs/perf-notes.md).
 NARROW_SHARE = {4: 0.0, access.ODD_PAIRS: 0.2, 2: 0.5, access.ODD_ROWS: 0.7, 1: 1.0}
-# The builds that read each class of rows by rows; the others read them at the narrower width.  Rows
-# of odd length: on the probe above the others ran level or slower by rows: 256 x 128 by 1%, 64 x 128
-# summed by 10%, with the same instruction counts in the K loop and another schedule of its copies;
-# 64 x 64f stream-K by 1% (0.90-1.16x) with a block an SM less, and 1.5% faster on 19 timings with it
-# kept (BY_ROWS_MINB; docs/perf-notes.md).  Rows of twice an odd length: every build whose B tile
-# splits into whole 16-byte copies per thread (registry.family_row_classes) ran faster by rows on that
-# probe (0.89x-0.99x by build) but 32 x 256, which no shape of it ranked among its best.
-BY_ROWS_BUILDS = {
-    access.ODD_ROWS: ("128x128", "128x128 stream-K", "128x128 summed", "64x64f", "64x64f stream-K", "64x64f summed",
-                      "64x64s"),
-    access.ODD_PAIRS: ("128x256", "128x128", "128x128 stream-K", "128x128 summed", "64x256", "64x128",
-                       "64x128 summed", "64x64f", "64x64f stream-K", "64x64f summed"),
-}
 
 
 def set_for(table: dict, M: int, N: int, K: int, count: int, layout: str = "NN") -> dict:
@@ -135,144 +89,6 @@ def set_for(table: dict, M: int, N: int, K: int, count: int, layout: str = "NN")
         return {**s, "constants": {k: main.get(k, v) if k.endswith(STAND_IN_MAIN) else v
                                    for k, v in s["constants"].items()}}
     return sets.get(layout) or table
-
-
-def candidates(M: int, N: int, K: int, count: int = 1, sms: int = 132,
-               per_sm: dict | None = None) -> list[tuple[str, dict]]:
-    """(name, config) of every candidate for this shape: each tile data-parallel (the SMALL_ONLY ones
-    below SMALL_MACS multiply-adds only); where the
-    128 x 128 tiles fill fewer than four waves of two blocks per SM, the split-K and summed variants
-    too (splits leaving at least 128 of K each; over 32 only while the blocks fill two waves), and stream-K where there are at least eight of
-    those tiles (with fewer, each would be shared by dozens of blocks, summed one after another); with
-    8 * SMs of those tiles or more, only the data-parallel tiles and WAVE_STREAM_K_TILES as stream-K.
-    ``per_sm`` (blocks per SM by ``build``): each split and summed tile also at the split counts whose
-    blocks fill the SMs' block slots once and twice (``filling_splits``)."""
-    small = M * N * K * count < SMALL_MACS
-    out = [(name, {**cfg, "splits": 1}) for name, cfg in TILES.items() if small or name not in SMALL_ONLY]
-    tiles = -(-M // 128) * -(-N // 128) * count
-    if tiles >= 8 * sms:  # many waves: stream-K would share only the last
-        return out + [(f"{name} stream-K", {**TILES[name], "splits": 1, "sk": 1}) for name in WAVE_STREAM_K_TILES]
-    # splits that leave at least 128 of K each, up to about two waves of 128 x 128 blocks
-    splits = [s for s in SPLITS if K // s >= 128 and (s <= 32 or tiles * s <= 2 * sms)]
-
-    def more(name, build_, top):  # the filling split counts of this build not among ``splits``
-        if not per_sm or build_ not in per_sm:
-            return []
-        t = -(-M // TILES[name]["bm"]) * -(-N // TILES[name]["bn"]) * count
-        return [s for s in filling_splits(t, per_sm[build_] * sms) if s not in splits and s <= top and K // s >= 128]
-
-    for name in SPLIT_TILES:
-        if small or name not in SMALL_ONLY:
-            out += [(f"{name} split{s}", {**TILES[name], "splits": s}) for s in splits + more(name, name, SPLITS[-1])]
-    if tiles >= 8:  # fewer tiles would each be shared by dozens of blocks, summed one after another
-        for name in STREAM_K_TILES:
-            out.append((f"{name} stream-K", {**TILES[name], "splits": 1, "sk": 1}))
-    for name in SUMMED_TILES:
-        if small or name not in SMALL_ONLY:
-            out += [(f"{name} split{s} summed", {**TILES[name], "splits": s, "sk": 2})
-                    for s in [s for s in splits if s <= SUMMED_MAX_SPLITS] + more(name, f"{name} summed", SUMMED_MAX_SPLITS)]
-    return out
-
-
-def filling_splits(tiles: int, slots: int) -> list[int]:
-    """Split counts (2 or more) whose ``tiles * splits`` blocks fill ``slots`` block slots (the SMs
-    times the blocks each holds) once and twice, as nearly as whole splits can: with powers of two
-    only, 72 tiles in 792 slots run split 8 (576 blocks, 73% of one round) or 16 (1152: a second
-    round 45% full), where split 11 fills one round.  Measured on 12 long-K products of few tiles, the
-    best filling count ran them 3.4% faster than the best power of two (docs/perf-notes.md)."""
-    return sorted({s for s in (slots // tiles, 2 * slots // tiles) if s >= 2}) if tiles > 0 else []
-
-
-def split_k(K: int, splits: int) -> tuple[int, int]:
-    """(splits, k_split) as the family runs ``splits`` over K: every split but the last starts at a
-    multiple of 4 (16-byte loads), so K allows ceil(K / 4) of them and a config asking for more runs
-    with that many (one config serves any K); k_split is rounded up to a multiple of 4, and a split
-    the rounding leaves empty is not run (K = 17 in 4: 3 of 8; K = 1000 in 64: 63 of 16)."""
-    splits = max(1, min(int(splits), -(-K // 4)))
-    k_split = -(-(-(-K // splits)) // 4) * 4
-    return (-(-K // k_split) if k_split else splits), k_split
-
-
-def build(name: str) -> str:
-    """The build a candidate runs (its blocks per SM): the tile, "<tile> stream-K" or "<tile> summed";
-    a split count is a launch argument, not a build."""
-    tile = name.split()[0]
-    return f"{tile} stream-K" if name.endswith("stream-K") else f"{tile} summed" if name.endswith("summed") else tile
-
-
-def read_width(name: str, width: int, classes: tuple = tuple(access.ROW_CLASSES)) -> int:
-    """The access width candidate ``name`` is charged for (NARROW_SHARE) reading B's rows, ``width``
-    floats wide at best (access.row_widths): rows of a class of ``classes`` (access.ROW_CLASSES:
-    contiguous rows of width 1 have odd length, of width 2 twice an odd length) are read by rows in
-    that class's BY_ROWS_BUILDS, at ``width`` by the others.  (A's rows are never read by rows.)"""
-    return next((code for code in classes if access.ROW_CLASSES[code][1] == width and build(name) in BY_ROWS_BUILDS[code]),
-                width)
-
-
-# The blocks an SM asked of ptxas (minb) by a build's variant that reads rows by rows, where the
-# tile's own minb leaves ptxas free to take more registers than the build at the narrower width and
-# lose a block an SM (the model's blocks per SM are the build's, so the variant keeps them).
-# 64 x 64f stream-K: by rows of odd length it took 183 registers (5 blocks of 64 threads) against
-# 168 (6), at minb 5 156 (6); by rows of twice an odd length 177 (5) against 166.  64 x 128, by rows
-# of twice an odd length: 139 registers (3 blocks of 128 threads) against 128 (4), and 146 against
-# 124 summed in the kernel (NVRTC 13.0); 3 blocks ran its split-K launches up to 17% slower.
-BY_ROWS_MINB = {access.ODD_ROWS: {"64x64f stream-K": 5},
-                access.ODD_PAIRS: {"64x64f stream-K": 5, "64x128": 4, "64x128 summed": 4}}
-
-
-# The blocks an SM asked of ptxas (minb) on an arch by a build reading B's rows in NN at each access width (4, 2, 1:
-# 16, 8 or 4 bytes a copy; rows read by rows take BY_ROWS_MINB), where the tile's own minb leaves ptxas free to take
-# more registers and fewer blocks an SM than it can hold without spills (the model holds a capped 16-byte build at its
-# minb: blocks_per_sm).  128 x 64 reading B narrow: 130-148 registers (3 blocks of 128 threads) against 127 (4) at 16
-# bytes, 126-128 at minb 4; on 18 picks of a fresh draw level but one (0.82x the time), and 1866x2202x594 0.79x.
-# 128 x 64 summed: 129 registers at 16 bytes (3 blocks), 124 at minb 4; 0.95x the time on 10 shapes, at 16 bytes and
-# narrow (there 4 blocks either way: ptxas' schedule under the cap).  64 x 64 summed reading B narrow: 86-96 registers
-# (5 blocks) against 80 (6): 0.97x on 7.  Not capped: 64 x 64f and its summed build at minb 8 ran 1.01x and 1.04x
-# slower; 64 x 128 at minb 4 1.4% slower on 5 picks of odd-length B rows (docs/perf-notes.md).
-ARCH_MINB = {"sm_90": {"128x64": {2: 4, 1: 4}, "128x64 summed": {4: 4, 2: 4, 1: 4}, "64x64 summed": {2: 6, 1: 6}}}
-# The 16-byte builds that hold fewer blocks an SM in another layout than in NN (by ptxas' registers; tested)
-LAYOUT_BLOCKS = {"sm_90": {"NT": {"128x64": 3, "128x64 summed": 3, "64x128": 3, "64x128 summed": 3, "32x32": 10,
-                                  "32x32 summed": 12}, "TT": {"64x128 summed": 3}}}
-
-
-def _build_of(params: dict) -> str | None:
-    """The build (``build``) of the candidate whose tile config the family config ``params`` (every
-    parameter given) is, or None (another config, or a tensor-core one)."""
-    if params.get("mma", 0):
-        return None
-    sk = params.get("sk", 0)
-    for name, tile in TILES.items():
-        if all(params.get(k) == v for k, v in tile.items()) and params.get("ks", 1) == tile.get("ks", 1):
-            return name + (" stream-K" if sk == 1 else " summed" if sk == 2 else "")
-    return None
-
-
-def by_rows(params: dict, code: int) -> dict | None:
-    """The parameters with which the family config ``params`` (every parameter given) reads rows of
-    class ``code`` (access.ROW_CLASSES) by rows: ``params`` (minb from BY_ROWS_MINB where it names the
-    build) where it is a candidate's whose build is in BY_ROWS_BUILDS[code], else None (it reads them
-    at the narrower width)."""
-    b = _build_of(params)
-    if b is None or b not in BY_ROWS_BUILDS[code]:
-        return None
-    return {**params, "minb": BY_ROWS_MINB[code].get(b, params["minb"])}
-
-
-def arch_minb(params: dict, layout: str, widths, arch: str | None) -> dict:
-    """The parameters with which the family config ``params`` (every parameter given) runs a product
-    of ``layout`` at access widths ``widths`` (access.family_widths: one number or (A, B, D)) on
-    ``arch``, not reading B's rows by rows (``by_rows``): minb from ARCH_MINB where it names the
-    candidate's build and B's width in NN, else ``params``."""
-    b_width = widths[1] if isinstance(widths, tuple) else widths
-    minb = ARCH_MINB.get(arch, {}).get(_build_of(params), {}).get(b_width) if layout == "NN" else None
-    return params if minb is None else {**params, "minb": minb}
-
-
-def current(name: str, cfg: dict) -> bool:
-    """Whether ``cfg`` (a calibration row's config) is the tile config that candidate ``name`` runs
-    now: rows measured with an earlier config of a tile are left out of the fit."""
-    tile = TILES.get(name.split()[0])
-    return tile is not None and all(cfg.get(k) == v for k, v in tile.items())
 
 
 def _round(c: dict, tile: str, q: int, iters: int, w: tuple[float, float]) -> float:
@@ -311,7 +127,7 @@ def _predict(c: dict, tile: str, cfg: dict, M: int, N: int, K: int, count: int, 
     tiles = -(-M // bm) * -(-N // bn) * count
     ipt = -(-K // bk)
     sk = cfg.get("sk", 0)
-    splits, k_split = split_k(K, cfg.get("splits", 1))
+    splits, k_split = builds.split_k(K, cfg.get("splits", 1))
     if sk == 1:
         grid = per_sm * sms
         whole = tiles // grid
@@ -350,25 +166,17 @@ def ranked(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int,
     another layout copies other operands another way, and no calibration measured the correction there)."""
     a_width, width = access.row_widths(layout, M, N, K, count) if width is None else (a_width, width)
     out_width = access.out_width(N) if out_width is None else out_width
-    cands = [(name, cfg) for name, cfg in candidates(M, N, K, count, sms, per_sm)
-             if build(name) in per_sm and f"{name.split()[0]}.f" in c
-             and (cfg.get("ks", 1) == 1 or split_k(K, cfg["splits"])[1] <= KS_MAX_K)]
-    widths = {name: read_width(name, width) for name, _ in cands}
+    cands = [(name, cfg) for name, cfg in builds.candidates(M, N, K, count, sms, per_sm)
+             if builds.build(name) in per_sm and f"{name.split()[0]}.f" in c
+             and (cfg.get("ks", 1) == 1 or builds.split_k(K, cfg["splits"])[1] <= KS_MAX_K)]
+    widths = {name: builds.read_width(name, width) for name, _ in cands}
     corr = {}
     if count == 1 and layout == RESIDUALS_LAYOUT:
         for w in set(widths.values()):
             corr.update(residuals.corrections(near, M, N, K, w, [n for n, _ in cands if widths[n] == w]))
-    out = [(name, cfg, predict(c, name, cfg, M, N, K, count, per_sm[build(name)], sms, widths[name], out_width,
+    out = [(name, cfg, predict(c, name, cfg, M, N, K, count, per_sm[builds.build(name)], sms, widths[name], out_width,
                                a_width) * math.exp(corr.get(name, 0.0))) for name, cfg in cands]
     return sorted(out, key=lambda x: x[2])
-
-
-def blocks_per_sm(per_sm: dict, layout: str, arch: str | None) -> dict:
-    """A set's blocks per SM by build (its 16-byte builds', as calibrated), each build ARCH_MINB builds
-    at a higher minb in NN on ``arch`` at 16-byte access held at that minb, in other layouts capped by LAYOUT_BLOCKS."""
-    caps, most = (ARCH_MINB.get(arch, {}) if layout == "NN" else {}), LAYOUT_BLOCKS.get(arch, {}).get(layout, {})
-    held = {b: max(n, caps.get(b, {}).get(4, 0)) for b, n in per_sm.items()}
-    return {b: min(n, most.get(b, n)) for b, n in held.items()}
 
 
 def ranked_for(table: dict, M: int, N: int, K: int, count: int, sms: int, layout: str = "NN",
@@ -384,7 +192,7 @@ def ranked_for(table: dict, M: int, N: int, K: int, count: int, sms: int, layout
     if run_as != layout:
         layout, width, a_width = run_as, 4, 4
     s = set_for(table, M, N, K, count, layout)
-    per_sm = blocks_per_sm(s["blocks_per_sm"], layout, arch)
+    per_sm = builds.blocks_per_sm(s["blocks_per_sm"], layout, arch)
     if s is table and asked == RESIDUALS_LAYOUT and count == 1:  # as measured: single NN products
         per_sm = {**OFFERED_BUILDS.get(table.get("gpu"), {}), **per_sm}
     out = ranked(s["constants"], per_sm, M, N, K, count, sms, layout, width, out_width, s.get("residuals"), a_width)

@@ -1,7 +1,7 @@
 """What the cost model's few constants miss, read from the calibration it was fitted to.
 
 A model table's set may keep its calibration's residuals: for every timing, the candidate, the
-shape (log2 M, N, K), the access width its candidate read with (model.read_width) and the log
+shape (log2 M, N, K), the access width its candidate read with (builds.read_width) and the log
 of measured over predicted time.  The model's error is not noise: the same candidate on shapes
 within a factor of two or so is wrong the same way (a narrow B costs more at some N than the tile's
 one narrow-read constant says, a tile's waves fit worse at some sizes).  The correction is the
@@ -14,7 +14,7 @@ calibration shapes lie near (``corrections``; docs/model.md):
 
 where a split-K candidate ("<tile> split<s>", "<tile> split<s> summed") borrows the residuals of the
 same tile split another number of ways, a doubling of the splits counting as one of a dimension: the
-split counts that fill the SMs' block slots (model.candidates) are seldom the ones calibrated.  Other
+split counts that fill the SMs' block slots (builds.candidates) are seldom the ones calibrated.  Other
 candidates take their own residuals only.  The model's time for the candidate is multiplied by exp(corr) (for single NN products: the
 calibrations' layout, model.RESIDUALS_LAYOUT).  Held out (each calibration
 seed picked on by a table fitted to the others) it brought the picks from 1.037x to 1.047x cuBLAS

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tilegemm
-from tilegemm import autotune, model, registry, selection, timing
+from tilegemm import autotune, builds, registry, selection, timing
 
 from .conftest import rel_err
 
@@ -31,7 +31,7 @@ PATHS = [
     ("batched split-K", (300, 200, 1000, 2), {**selection.BIG, "splits": 2}, None),
     ("K = 0", (64, 48, 0, 1), None, None),
     ("small product, 32 x 32 tiles", (64, 64, 64, 1), None, None),
-    ("small product, 32 x 32 split-sum", (45, 106, 676, 1), {**model.TILES["32x32"], "splits": 4, "sk": 2}, None),
+    ("small product, 32 x 32 split-sum", (45, 106, 676, 1), {**builds.TILES["32x32"], "splits": 4, "sk": 2}, None),
     # the tensor cores: rung 10's kernel on Hopper (one launch; split-K with its reduction), the
     # mma.sync family (a config names it)
     ("tf32x3 wgmma", (1000, 900, 700, 1), None, None, "tf32x3"),

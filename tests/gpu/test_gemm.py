@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tilegemm
-from tilegemm import access, autotune, fastpath, launch, model, registry, selection
+from tilegemm import access, autotune, builds, fastpath, launch, registry, selection
 
 pytestmark = pytest.mark.gpu
 
@@ -41,15 +41,15 @@ CONFIGS = [
     # k slices a block (gemm.cu KS): four slices of 16 k rows' quarters, two of a 64 x 128 tile
     {"bm": 64, "bn": 64, "bk": 16, "tm": 8, "tn": 8, "ln": 8, "minb": 0, "swizzle": 8, "stages": 3, "ks": 4, "splits": 1},
     {"bm": 64, "bn": 128, "bk": 16, "tm": 8, "tn": 8, "ln": 8, "minb": 0, "swizzle": 8, "stages": 3, "ks": 2, "splits": 5},
-    # a split count that is no power of two, summed in the kernel (model.filling_splits)
-    {**model.TILES["64x64f"], "splits": 11, "sk": 2},
+    # a split count that is no power of two, summed in the kernel (builds.filling_splits)
+    {**builds.TILES["64x64f"], "splits": 11, "sk": 2},
 ]
 # every class of config the cost model can choose: each tile one block per tile, split over K with
 # the reduction, summed in the kernel, and stream-K
-CONFIGS += [{**cfg, "splits": 1} for cfg in model.TILES.values()]
-CONFIGS += [{**model.TILES[t], "splits": 3} for t in model.SPLIT_TILES]
-CONFIGS += [{**model.TILES[t], "splits": 3, "sk": 2} for t in model.SUMMED_TILES]
-CONFIGS += [{**model.TILES[t], "splits": 1, "sk": 1} for t in model.STREAM_K_TILES]
+CONFIGS += [{**cfg, "splits": 1} for cfg in builds.TILES.values()]
+CONFIGS += [{**builds.TILES[t], "splits": 3} for t in builds.SPLIT_TILES]
+CONFIGS += [{**builds.TILES[t], "splits": 3, "sk": 2} for t in builds.SUMMED_TILES]
+CONFIGS += [{**builds.TILES[t], "splits": 1, "sk": 1} for t in builds.STREAM_K_TILES]
 
 
 def _matrix(cp, rng, rows, cols, trans, pad, offset, lead=()):
@@ -117,7 +117,7 @@ def test_property_with_every_misaligned_operand_copied(cp, case, monkeypatch):
 
 @pytest.mark.parametrize("cfg", [None, {**selection.BIG, "splits": 1}, {**selection.BIG, "splits": 3},
                                  {**selection.BIG, "splits": 1, "sk": 1}, {**selection.BIG, "splits": 3, "sk": 2},
-                                 {**model.TILES["64x64f"], "splits": 1}, {**selection.SMALL, "splits": 1}])
+                                 {**builds.TILES["64x64f"], "splits": 1}, {**selection.SMALL, "splits": 1}])
 @pytest.mark.parametrize("layout", ["NN", "TN"])
 @pytest.mark.parametrize("sizes", [(2100, 301), (700, 1001)])
 def test_misaligned_operands_copied_where_it_pays(cp, cfg, layout, sizes):
@@ -138,7 +138,7 @@ def test_misaligned_operands_copied_where_it_pays(cp, cfg, layout, sizes):
 
 @pytest.mark.parametrize("cfg", [None, {**selection.BIG, "splits": 1}, {**selection.BIG, "splits": 3},
                                  {**selection.BIG, "splits": 1, "sk": 1}, {**selection.BIG, "splits": 3, "sk": 2},
-                                 {**model.TILES["64x64f"], "splits": 1}])
+                                 {**builds.TILES["64x64f"], "splits": 1}])
 @pytest.mark.parametrize("n, pad, off", [(301, 0, 0), (300, 3, 1), (2, 0, 2)])  # (one column of B is NN as well)
 def test_nt_runs_on_b_transposed_where_it_pays(cp, cfg, n, pad, off, monkeypatch, request):
     """NT products from 2048 rows of A: B (a transposed view, padded rows, a view some floats in) is
@@ -603,7 +603,7 @@ def test_stream_k_on_two_streams_at_once(cp):
 
 
 @pytest.mark.parametrize("cfg", [{**selection.BIG, "splits": 4, "sk": 2}, {**autotune.SK_SMALL, "splits": 8, "sk": 2},
-                                 {**model.TILES["64x128"], "splits": model.SUMMED_MAX_SPLITS, "sk": 2}])
+                                 {**builds.TILES["64x128"], "splits": builds.SUMMED_MAX_SPLITS, "sk": 2}])
 @pytest.mark.parametrize("shape", [(128, 4096, 4096, 1), (2000, 2000, 1000, 1), (300, 129, 777, 3), (5, 7, 9, 1)])
 def test_split_k_summed_in_the_kernel(cp, cfg, shape):
     """sk = 2 against float64 and against itself (bit-identical repeats), with alpha/beta; at
@@ -626,7 +626,7 @@ def test_results_with_rows_4_bytes_off(cp, tile):
     are all 4 bytes off (D a view one float in): pairs stored one column on, the ends of each warp's
     run alone; every element written once, against float64, NN and NT, edges included."""
     rng = cp.random.default_rng(11)
-    cfg = {**model.TILES[tile], "splits": 1}
+    cfg = {**builds.TILES[tile], "splits": 1}
     for M, N, K, layout, off in ((517, 1001, 96, "NN", 0), (300, 771, 40, "NT", 0), (260, 1024, 64, "NN", 1)):
         a = rng.standard_normal((M, K), dtype=np.float32)
         b = rng.standard_normal((N, K), dtype=np.float32).T if layout == "NT" else rng.standard_normal((K, N), dtype=np.float32)
@@ -638,10 +638,10 @@ def test_results_with_rows_4_bytes_off(cp, tile):
         assert err < TOL, (tile, M, N, K, layout, off, err)
 
 
-@pytest.mark.parametrize("code,build", [(c, b) for c, builds in model.BY_ROWS_BUILDS.items() for b in builds],
+@pytest.mark.parametrize("code,build", [(c, b) for c, builds in builds.BY_ROWS_BUILDS.items() for b in builds],
                          ids=lambda x: {access.ODD_ROWS: "odd", access.ODD_PAIRS: "pairs"}.get(x, x))
 def test_rows_read_by_rows(cp, code, build, monkeypatch):
-    """The builds that read a class of rows by rows (model.BY_ROWS_BUILDS): rows of odd length
+    """The builds that read a class of rows by rows (builds.BY_ROWS_BUILDS): rows of odd length
     (access.ODD_ROWS: N odd, B views one float in) and of twice an odd length (access.ODD_PAIRS:
     N = 2 mod 4, views two floats in).  B in NN and TN, edges, a partial first k tile, split counts,
     a batch whose batch stride moves which rows start at the wider alignment, and the views; against
@@ -653,7 +653,7 @@ def test_rows_read_by_rows(cp, code, build, monkeypatch):
     seen = []
     real = launch.launcher
     monkeypatch.setattr("tilegemm.dispatch.launcher", lambda *a, **k: seen.append((a[2], dict(a[4]))) or real(*a, **k))
-    minb = model.BY_ROWS_MINB[code].get(build, model.TILES[tile]["minb"])
+    minb = builds.BY_ROWS_MINB[code].get(build, builds.TILES[tile]["minb"])
 
     def by_rows():  # the last family launch read B by rows, at the build's minb
         vec, cfg = seen[-1]
@@ -662,7 +662,7 @@ def test_rows_read_by_rows(cp, code, build, monkeypatch):
     rng = cp.random.default_rng(17)
     for (layout, M, K, splits), N in zip((("NN", 70, 93, 1), ("NN", 65, 1000, 3), ("TN", 131, 93, 1),
                                           ("TN", 257, 600, 2)), cols):
-        cfg = {**model.TILES[tile], "sk": sk, "splits": 1 if sk == 1 else splits}
+        cfg = {**builds.TILES[tile], "sk": sk, "splits": 1 if sk == 1 else splits}
         a = rng.standard_normal((M, K), dtype=np.float32) if layout[0] == "N" else \
             rng.standard_normal((K, M), dtype=np.float32).T
         for off in (0, lo):  # B a view lo floats in: the other half of its rows starts at the wider alignment
@@ -680,15 +680,15 @@ def test_rows_read_by_rows(cp, code, build, monkeypatch):
     a3 = rng.standard_normal((3, 50, 77), dtype=np.float32)
     out = cp.full((3, 50, N), np.nan, np.float32)
     del seen[:]
-    tilegemm.matmul(a3, batch, out=out, config={**model.TILES[tile], "sk": sk, "splits": 1})
+    tilegemm.matmul(a3, batch, out=out, config={**builds.TILES[tile], "sk": sk, "splits": 1})
     ref = cp.matmul(a3.astype(np.float64), batch.astype(np.float64))
     assert float(cp.linalg.norm(out - ref) / cp.linalg.norm(ref)) < TOL and by_rows(), seen
     tilegemm.clear_caches()
 
 
-@pytest.mark.parametrize("build", sorted({b for caps in model.ARCH_MINB.values() for b in caps}))
+@pytest.mark.parametrize("build", sorted({b for caps in builds.ARCH_MINB.values() for b in caps}))
 def test_arch_minb_builds(cp, build, monkeypatch):
-    """The builds model.ARCH_MINB raises to more blocks an SM, at each class of B's rows (16-byte rows,
+    """The builds builds.ARCH_MINB raises to more blocks an SM, at each class of B's rows (16-byte rows,
     N = 2 mod 4, N odd; B not copied), split over K, with edges and a partial first k tile, alpha and
     beta, against float64 with NaN-poisoned outputs; the launch takes the minb ARCH_MINB gives the
     device's arch at that class, else the tile's."""
@@ -698,13 +698,13 @@ def test_arch_minb_builds(cp, build, monkeypatch):
     seen = []
     real = launch.launcher
     monkeypatch.setattr("tilegemm.dispatch.launcher", lambda *a, **k: seen.append(dict(a[4])) or real(*a, **k))
-    caps = model.ARCH_MINB.get(gpu.device_properties().arch, {}).get(build, {})
+    caps = builds.ARCH_MINB.get(gpu.device_properties().arch, {}).get(build, {})
     tilegemm.clear_caches()
     rng = cp.random.default_rng(23)
     for (M, N, K), width in (((333, 516, 1203), 4), ((129, 258, 2001), 2), ((509, 131, 777), 1)):
         assert not any(access.family_copies("NN", True, (4, width), M, N, K, 1))  # B read as stored, at that width
         for splits in ((3, 8) if sk == 2 else (1, 4)):
-            cfg = {**model.TILES[tile], "sk": sk, "splits": splits}
+            cfg = {**builds.TILES[tile], "sk": sk, "splits": splits}
             a = rng.standard_normal((M, K), dtype=np.float32)
             b = rng.standard_normal((K, N), dtype=np.float32)
             c = rng.standard_normal((M, N), dtype=np.float32)
@@ -714,4 +714,4 @@ def test_arch_minb_builds(cp, build, monkeypatch):
             ref = 1.5 * (cp.asarray(a, np.float64) @ cp.asarray(b, np.float64)) - 0.5 * cp.asarray(c, np.float64)
             err = float(cp.linalg.norm(out.astype(np.float64) - ref) / cp.linalg.norm(ref))
             assert err < TOL, (build, M, N, K, splits, err)
-            assert seen and seen[-1]["minb"] == caps.get(width, model.TILES[tile]["minb"]), (build, width, seen)
+            assert seen and seen[-1]["minb"] == caps.get(width, builds.TILES[tile]["minb"]), (build, width, seen)

@@ -57,12 +57,12 @@ def test_fp32_peak_is_plausible(cp):
 
 
 def test_explain_measures_the_build_dispatch_runs(cp):
-    """explain on this GPU: the driver's blocks an SM of the build dispatch runs (at model.ARCH_MINB's
+    """explain on this GPU: the driver's blocks an SM of the build dispatch runs (at builds.ARCH_MINB's
     minb where the arch names one: 128 x 64 summed), equal to the report's own occupancy."""
-    from tilegemm import model
+    from tilegemm import builds
     from tilegemm.instruments import explain
 
-    cfg = {**model.TILES["128x64"], "sk": 2, "splits": 3}
+    cfg = {**builds.TILES["128x64"], "sk": 2, "splits": 3}
     r = explain.build("gemm", cfg, shape=(2048, 1024, 2048), measure=True)
     assert r["measured"]["driver_blocks_per_sm"] == r["occupancy"]["blocks"]
     assert r["measured"]["rel_err"] < 1e-5

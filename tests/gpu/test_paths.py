@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tilegemm
-from tilegemm import fastpath, gpu, model, selection
+from tilegemm import builds, fastpath, gpu, selection
 
 pytestmark = pytest.mark.gpu
 
@@ -168,7 +168,7 @@ def test_a_remembered_gemm_with_c_alpha_and_beta(cp):
     assert fastpath.size() <= before + fastpath.SCALAR_VARIANTS
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"config": {**model.TILES["64x64f"], "splits": 3, "sk": 2}},
+@pytest.mark.parametrize("kwargs", [{}, {"config": {**builds.TILES["64x64f"], "splits": 3, "sk": 2}},
                                     {"precision": "tf32x3"}], ids=["default", "summed", "tf32x3"])
 def test_calls_from_threads_without_a_current_context(cp, kwargs):
     """A thread that has made no CUDA runtime call has no current context (torch's autograd threads

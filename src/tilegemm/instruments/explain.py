@@ -8,7 +8,7 @@ shipped measured peaks.  With a GPU, the driver's occupancy and a timed run besi
 
 from __future__ import annotations
 
-from .. import access, compiler, gpu as _gpu, model, occupancy, registry
+from .. import access, builds, compiler, gpu as _gpu, occupancy, registry
 from . import patterns, roofline, sass
 
 
@@ -35,9 +35,9 @@ def build(name: str, config: dict | None = None, shape=(4096, 4096, 4096), layou
     # first as NN): what is compiled, read and predicted
     run_as = access.family_layout(params, layout, M, N, K) if spec is registry.FAMILY else layout
     # the build dispatch runs for operands read 16 bytes at a time: on some archs at more blocks an SM
-    # than the config asks (model.ARCH_MINB); its registers, occupancy and SASS are the ones reported
+    # than the config asks (builds.ARCH_MINB); its registers, occupancy and SASS are the ones reported
     # (sm_90a builds of the FFMA family are sm_90's)
-    built = model.arch_minb(params, run_as, 4, arch.removesuffix("a")) if spec is registry.FAMILY else params
+    built = builds.arch_minb(params, run_as, 4, arch.removesuffix("a")) if spec is registry.FAMILY else params
     compiled = spec.compile(spec.compiled_params(built), layout=run_as, arch=arch)
     res = compiled.resources
     threads = spec.threads(params)
@@ -112,7 +112,7 @@ def render(report: dict, console) -> None:
     console.print(f"params {r['params']}")
     if r.get("built_minb") is not None:
         console.print(f"  built with minb {r['built_minb']}: on {r['arch']} this build holds that many blocks an SM "
-                      f"without spills, so dispatch asks ptxas for them (model.ARCH_MINB)")
+                      f"without spills, so dispatch asks ptxas for them (builds.ARCH_MINB)")
     t = Table(title="Resources and occupancy (Memory and data locality §4.7)")
     for c in ("threads", "tile", "registers", "smem B (static+dyn)", "spills B", "blocks/SM", "warps/SM", "limited by"):
         t.add_column(c)

@@ -568,7 +568,7 @@ def test_layout_blocks_are_the_builds_that_hold_fewer_blocks_than_in_nn(layout):
 
 
 # (the code of access.ROW_CLASSES, the build that reads that class by rows), every build of every class
-BY_ROWS = [(code, build) for code, builds in builds.BY_ROWS_BUILDS.items() for build in builds]
+BY_ROWS = [(code, build) for code, names in builds.BY_ROWS_BUILDS.items() for build in names]
 
 
 @pytest.mark.parametrize("code,build", BY_ROWS, ids=[f"{c}-{b}" for c, b in BY_ROWS])

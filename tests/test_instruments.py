@@ -345,8 +345,6 @@ def test_k_slices_share_the_copies_and_read_their_own_rows():
     """gemm.cu KS: the slices' threads share each tile's copies (the block copies what one slice
     alone would), each reads its own k rows (as many fragment reads per block, plus the extra first
     row of every warp), and slices 1.. hand their sums over through shared memory, conflict-free."""
-    from tilegemm import model
-
     base = {**builds.TILES["64x64f"]}
     one = {x.access.name: x for x in patterns.predict("gemm", base, K=1024)}
     two = {x.access.name: x for x in patterns.predict("gemm", {**base, "ks": 2}, K=1024)}

@@ -16,7 +16,7 @@ import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-from . import access, builds, gpu, model, registry, selection, suites, timing
+from . import access, builds, gpu, registry, selection, suites, timing
 from .occupancy import Limits, occupancy
 
 F = registry.FAMILY

@@ -107,7 +107,7 @@ def _waves(c: dict, tile: str, blocks: int, per_sm: int, iters: int, sms: int, w
 def predict(c: dict, name: str, cfg: dict, M: int, N: int, K: int, count: int, per_sm: int, sms: int,
             width: int = 4, out_width: int = 4, a_width: int = 4) -> float:
     """Predicted microseconds of candidate ``name`` (config ``cfg``, ``per_sm`` blocks per SM), B
-    copied along its rows ``width`` floats at a time (access.row_widths; read_width), A ``a_width``
+    copied along its rows ``width`` floats at a time (access.row_widths; builds.read_width), A ``a_width``
     (where a transposed view: rows of M floats), the result stored ``out_width`` floats at a time
     (access.out_width).  The narrow reads' share of the tile's time (u, l) was fitted on B's, whose
     tile is bn floats along its rows; A's tile is bm along its rows, so A's narrow reads are charged
@@ -154,12 +154,12 @@ def _predict(c: dict, tile: str, cfg: dict, M: int, N: int, K: int, count: int, 
 def ranked(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int,
            layout: str = "NN", width: int | None = None, out_width: int | None = None,
            near: dict | None = None, a_width: int = 4) -> list[tuple[str, dict, float]]:
-    """Every candidate with a build in ``per_sm`` (blocks per SM by build, ``build``) and its tile's
+    """Every candidate with a build in ``per_sm`` (blocks per SM by build, ``builds.build``) and its tile's
     constants in ``c`` (k-sliced tiles where a block's K is at most KS_MAX_K) as (name, config,
     predicted microseconds), the fastest first; the operands
     and the result taken as contiguous arrays of ``layout`` (their rows' alignment follows from the
     shape), unless ``width`` (B's; A's ``a_width``) and ``out_width`` give the access widths
-    (access.row_widths, out_width); each candidate is charged for B's rows at ``read_width`` and for
+    (access.row_widths, out_width); each candidate is charged for B's rows at ``builds.read_width`` and for
     A's (TN, TT) by its share of the tile (``predict``).
     ``near``: the set's calibration residuals (residuals.py); a single product's predictions in
     RESIDUALS_LAYOUT are corrected by them (the main set's calibrations time single NN products;
@@ -183,7 +183,7 @@ def ranked_for(table: dict, M: int, N: int, K: int, count: int, sms: int, layout
                width: int | None = None, out_width: int | None = None,
                arch: str | None = None, a_width: int = 4) -> list[tuple[str, dict, float]]:
     """``ranked`` with the set of a model table that serves this shape (``set_for``): its constants,
-    blocks per SM (on ``arch``: ``blocks_per_sm``) and residuals; a product the family runs in
+    blocks per SM (on ``arch``: ``builds.blocks_per_sm``) and residuals; a product the family runs in
     another layout (access.kernel_layout: NT as NN on a transposed copy of B, whose rows are aligned)
     is ranked as that one; a layout with no set of its own, ranked by the main set, takes LAYOUT_RATES
     (where LAYOUT_RATES_ON); single NN products ranked by the main set are offered its GPU's OFFERED_BUILDS too."""

@@ -638,7 +638,7 @@ def test_results_with_rows_4_bytes_off(cp, tile):
         assert err < TOL, (tile, M, N, K, layout, off, err)
 
 
-@pytest.mark.parametrize("code,build", [(c, b) for c, builds in builds.BY_ROWS_BUILDS.items() for b in builds],
+@pytest.mark.parametrize("code,build", [(c, b) for c, names in builds.BY_ROWS_BUILDS.items() for b in names],
                          ids=lambda x: {access.ODD_ROWS: "odd", access.ODD_PAIRS: "pairs"}.get(x, x))
 def test_rows_read_by_rows(cp, code, build, monkeypatch):
     """The builds that read a class of rows by rows (builds.BY_ROWS_BUILDS): rows of odd length

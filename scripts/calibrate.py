@@ -78,6 +78,20 @@ def _candidates(M, N, K, count, sms, tiles, per_sm=None, filling_only=False):
             if (not tiles or n.split()[0] in tiles) and n not in plain]
 
 
+def run_in(n: int, seed: int, layout: str, draw: dict) -> list[tuple]:
+    """The first ``n`` shapes of seed ``seed``'s draw that the family runs in ``layout`` (access.kernel_layout):
+    the NT products it runs as NN, on a copy of B transposed, are the NN calibrations' to time (the draw
+    itself in every other layout)."""
+    shapes = suites.random_shapes(n, seed, (layout,), **draw)
+    if all(access.kernel_layout(layout, *s[:3], s[4]) == layout for s in shapes):
+        return shapes
+    out = [s for s in suites.random_shapes(20 * n, seed, (layout,), **draw)
+           if access.kernel_layout(layout, *s[:3], s[4]) == layout][:n]
+    if len(out) < n:
+        raise ValueError(f"seed {seed}'s first {20 * n} shapes hold only {len(out)} that run in {layout}; ask for fewer")
+    return out
+
+
 def narrow(n: int, seed: int, layout: str, draw: dict, operand: str = "B") -> list[tuple]:
     """The first ``n`` shapes of seed ``seed``'s draw whose ``operand`` ("A" or "B") the family reads
     along its rows less than 16 bytes at a time (access.row_widths); ValueError in a layout where that
@@ -103,7 +117,7 @@ def run(args) -> int:
     props = gpu.device_properties(dev)
     draw = dict(suites.SMALL_DRAW if args.small else suites.DRAW)
     shapes = (narrow(args.n, args.seed, args.layout, draw, "A" if args.narrow_a else "B")
-              if args.narrow_a or args.narrow_b else suites.random_shapes(args.n, args.seed, (args.layout,), **draw))
+              if args.narrow_a or args.narrow_b else run_in(args.n, args.seed, args.layout, draw))
     configs = {}
     for M, N, K, _, _ in shapes:
         configs.update(dict(_candidates(M, N, K, 1, props.sms, args.tiles)))

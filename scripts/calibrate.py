@@ -16,7 +16,7 @@ calibration-narrowb-s<S>: the class of the lowest shapes, about a quarter of a f
 where B is read along its rows; --narrow-a: the same for A, in TN or TT, where A is a transposed view;
 named calibration-<l>-narrowa-s<S>)
 The candidates include the filling split counts, found from each build's blocks per SM.
-Writes DIR (default $OUT, else benchmarks/results)/<gpu>-<date>-calibration-s<S>.json (kind
+Writes DIR (default $OUT, else benchmarks/results)/<gpu>-<date>-calibration-s<S>.json.gz (gzipped; kind
 "calibration"), rewritten after every shape so that a run cut short keeps what it measured.  Rows:
 the shape, the candidate's name and config, ms, TFLOPS and relative error; per config the blocks
 that fit on an SM (the driver's occupancy).  Calibrate on one seed, report on another.
@@ -172,7 +172,8 @@ def run(args) -> int:
         lay = "" if args.layout == "NN" else args.layout.lower() + "-"
         only = ("".join(f"{t}-" for t in args.tiles or ()) + ("filling-" if args.filling_only else "")
                 + ("narrowb-" if args.narrow_b else "") + ("narrowa-" if args.narrow_a else ""))
-        results.write(doc, args.out, f"calibration-{'small-' if args.small else ''}{lay}{only}s{args.seed}")
+        tag = f"calibration-{'small-' if args.small else ''}{lay}{only}s{args.seed}"
+        results.write(doc, args.out, tag, compress=True)
     return 0
 
 

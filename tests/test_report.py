@@ -4,7 +4,7 @@ import json
 import re
 from pathlib import Path
 
-from tilegemm import report
+from tilegemm import report, results
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -20,10 +20,10 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 
 def test_every_results_file_records_its_command_and_commit():
-    files = sorted(RESULTS.rglob("*.json"))
-    assert len(files) > 20
+    files = sorted([*RESULTS.rglob("*.json"), *RESULTS.rglob("*.json.gz")])
+    assert len(files) > 20 and any(f.suffix == ".gz" for f in files)
     for f in files:
-        doc = json.loads(f.read_text())
+        doc = results.read(f)
         assert isinstance(doc, dict) and doc.get("command"), f
         assert re.fullmatch(r"[0-9a-f]{40}(\+dirty)?", doc.get("commit", "")), (f, doc.get("commit"))
 
@@ -113,6 +113,17 @@ def test_a_new_results_document_records_command_and_commit(monkeypatch):
     assert re.fullmatch(r"[0-9a-f]{40}(\+dirty)?|unknown", doc["commit"]), doc["commit"]
     monkeypatch.setenv("TILEGEMM_COMMIT", "0123456789" * 4)
     assert results.document([], env=env)["commit"] == "0123456789" * 4
+
+
+def test_a_results_file_may_be_gzipped(tmp_path):
+    env = {"gpu": "Test GPU", "sm": "90", "sms": 132, "driver": "1", "versions": {}}
+    doc = results.document([{"M": 1}], env=env, cmd="x", kind="calibration")
+    plain = results.write(doc, tmp_path, "calibration-s1")
+    packed = results.write(doc, tmp_path, "calibration-s1", compress=True)
+    assert plain.name.endswith("-calibration-s1.json") and packed.name == plain.name + ".gz"
+    assert results.read(packed) == results.read(plain) == json.loads(plain.read_text())
+    first = packed.read_bytes()
+    assert results.write(doc, tmp_path, "calibration-s1", compress=True).read_bytes() == first  # no timestamp
 
 
 def test_draw_view():

@@ -69,3 +69,22 @@ def test_calibrate_narrow_a_draws_only_shapes_whose_a_is_read_narrow():
     for layout in ("NN", "NT"):
         with pytest.raises(ValueError, match="TN or TT"):
             calibrate.narrow(5, 1019, layout, draw, "A")  # A as stored is never read along its rows
+
+
+def test_calibrate_draws_in_a_layout_only_the_shapes_the_family_runs_in_it():
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        import calibrate
+    finally:
+        sys.path.remove(str(SCRIPTS))
+    from tilegemm import access, suites
+
+    draw = dict(suites.DRAW)
+    shapes = calibrate.run_in(28, 1439, "NT", draw)  # the committed NT calibration's draw
+    assert len(shapes) == 28 and shapes == calibrate.run_in(28, 1439, "NT", draw)  # deterministic per seed
+    assert all(access.kernel_layout("NT", *s[:3], s[4]) == "NT" for s in shapes)
+    full = suites.random_shapes(560, 1439, ("NT",), **draw)
+    assert shapes == [s for s in full if access.kernel_layout("NT", *s[:3], s[4]) == "NT"][:28]  # in order
+    assert any(access.kernel_layout("NT", *s[:3], s[4]) == "NN" for s in full[:28])  # some are left to NN's
+    for layout in ("NN", "TN", "TT"):  # run as drawn: the draw itself
+        assert calibrate.run_in(20, 1423, layout, draw) == suites.random_shapes(20, 1423, (layout,), **draw)

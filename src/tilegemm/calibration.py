@@ -157,7 +157,7 @@ def load_calibration(paths) -> tuple[list[dict], dict, int, str]:
 
 
 def _read(path, gpu: str | None) -> dict:
-    d = json.loads(Path(path).read_text())
+    d = results.read(path)
     if d.get("kind") != "calibration" or (gpu and d["gpu"] != gpu):
         raise ValueError(f"{path} is not a calibration file of {gpu or 'one GPU'}")
     return d
@@ -240,7 +240,7 @@ def held_out(table: dict, paths) -> dict:
     measured time of the candidate it ranks first among those measured, of the best measured, and
     cuBLAS's; the geometric means of cuBLAS's time over each (candidates timed one at a time)."""
     rows, _, sms, _ = load_calibration(paths)
-    sm = json.loads(Path(paths[0]).read_text()).get("sm")  # the builds ranked as on the calibrations' arch
+    sm = results.read(paths[0]).get("sm")  # the builds ranked as on the calibrations' arch
     arch = f"sm_{sm}" if sm else None
     shapes: dict = {}
     for r in rows:

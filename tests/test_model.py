@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tilegemm import access, autotune, builds, calibration, model, registry, selection, suites
+from tilegemm import access, autotune, builds, calibration, model, registry, results, selection, suites
 from tilegemm.occupancy import Limits
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -365,7 +365,7 @@ def test_small_only_tiles_below_the_bench_draw():
 
 def test_held_out_picks_are_measured_on_other_seeds():
     folder = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "experiments"
-    a, b = (folder / f"NVIDIA-H100-80GB-HBM3-2026-11-23-calibration-s{s}.json" for s in (331, 333))
+    a, b = (folder / f"NVIDIA-H100-80GB-HBM3-2026-11-23-calibration-s{s}.json.gz" for s in (331, 333))
     table, _ = calibration.model_table([a])
     r = calibration.held_out(table, [b])
     assert r["shapes"] >= 30 and r["pick"] > 0.9 * r["best"]  # fitted on one seed, it picks well on another
@@ -376,7 +376,7 @@ def test_held_out_ranks_a_tn_calibration_as_the_selection_does(fitted, tmp_path)
     (A's narrow reads by their share of the tile), not with the narrower of the two taken as B's:
     on 9479x406x1384 (A's rows odd, B's copied) 64 x 64f stream-K is ranked above 128 x 64."""
     folder = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "experiments"
-    doc = json.loads((folder / "NVIDIA-H100-80GB-HBM3-2026-11-27-calibration-tn-s901.json.gz").read_text())
+    doc = results.read(folder / "NVIDIA-H100-80GB-HBM3-2026-11-27-calibration-tn-s901.json.gz")
     shape = (9479, 406, 1384)
     assert access.row_widths("TN", *shape) == (1, 4)
     names = [n for n, _, _ in model.ranked_for(fitted, *shape, 1, 132, "TN", arch="sm_90")]
@@ -384,7 +384,7 @@ def test_held_out_ranks_a_tn_calibration_as_the_selection_does(fitted, tmp_path)
     ms = {"64x64f stream-K": 0.261, "128x64": 0.324}  # as tuned on the H100
     doc["rows"] = [{"M": shape[0], "N": shape[1], "K": shape[2], "layout": "TN", "batch": 1, "candidate": n,
                     "config": doc["configs"][n], "ms": t, "rel_err": 1e-7, "cublas_ms": 0.248} for n, t in ms.items()]
-    path = tmp_path / "NVIDIA-H100-80GB-HBM3-2026-11-27-calibration-tn-s1.json.gz"
+    path = tmp_path / "NVIDIA-H100-80GB-HBM3-2026-11-27-calibration-tn-s1.json"  # plain: results.read takes either
     path.write_text(json.dumps(doc))
     r = calibration.held_out(fitted, [path])
     assert r["shapes"] == 1 and r["pick"] == pytest.approx(0.248 / 0.261) and r["best"] == pytest.approx(0.248 / 0.261)
@@ -459,7 +459,7 @@ def test_calibrations_with_odd_rows_label_the_builds_that_read_them(fitted, tmp_
     its rows of those builds on such shapes (width 2) were read at ODD_PAIRS; files without it were
     read 8 bytes at a time.  "width" (the shape's, which groups a shape's rows) is the same."""
     paths = [ROOT / "benchmarks" / "results" / "experiments" / f for f in fitted["fitted_on"]]
-    docs = {p: json.loads(p.read_text()) for p in paths}
+    docs = {p: results.read(p) for p in paths}
     # the last fitted file measured before both, and one measured after both (the narrow-B calibration)
     path = next(p for p in reversed(paths) if not docs[p].get("odd_rows") and not docs[p].get("odd_pairs"))
     doc = docs[path]
@@ -468,7 +468,7 @@ def test_calibrations_with_odd_rows_label_the_builds_that_read_them(fitted, tmp_
     assert {access.ODD_ROWS, access.ODD_PAIRS} <= reads
     files = {}
     for flags in ((), ("odd_rows",), ("odd_pairs",), ("odd_rows", "odd_pairs")):
-        marked = tmp_path / "-".join(("marked",) + flags) / path.name
+        marked = tmp_path / "-".join(("marked",) + flags) / path.name.removesuffix(".gz")
         marked.parent.mkdir()
         marked.write_text(json.dumps({**doc, **{f: True for f in flags}}))
         files[flags] = calibration.load_calibration([marked])[0]
@@ -504,14 +504,14 @@ def test_a_calibration_of_the_arch_s_capped_builds_replaces_their_earlier_rows(f
     folder = ROOT / "benchmarks" / "results" / "experiments"
     earlier = [folder / f for f in fitted["fitted_on"]]
     marked = folder / "NVIDIA-H100-80GB-HBM3-2026-11-25-calibration-128x64-s523.json.gz"
-    assert json.loads(marked.read_text())["arch_minb"]
+    assert results.read(marked)["arch_minb"]
     rows, per_sm, _, _ = calibration.load_calibration(earlier)
     assert len(rows) == fitted["rows"] and per_sm["128x64 summed"] == 3
     both, per_sm2, _, _ = calibration.load_calibration(earlier + [marked])
     new = calibration.load_calibration([marked])[0]
     stale = kept = 0
     for f in earlier:
-        recorded = json.loads(f.read_text())["blocks_per_sm"]
+        recorded = results.read(f)["blocks_per_sm"]
         for r in calibration.load_calibration([f])[0]:
             if builds.build(r["candidate"]) == "128x64 summed":
                 stale += recorded[r["candidate"]] != 4
@@ -527,7 +527,7 @@ def test_calibration_rows_keep_the_copy_threshold_they_ran_under(tmp_path):
     ``"odd_copy_macs"`` keeps its shapes between the two labelled as read 4 bytes at a time, and one that
     says 512 has them copied (16-byte reads)."""
     path = ROOT / "benchmarks" / "results" / "experiments" / "NVIDIA-H100-80GB-HBM3-2026-11-25-calibration-narrowb-s481.json.gz"
-    doc = json.loads(path.read_text())
+    doc = results.read(path)
     assert doc.get("odd_copies") and "odd_copy_macs" not in doc
     shape = (863, 2831, 5175)  # N odd, ODD_COPY_MACS_PER_ELEMENT <= M < ODD_COPY_MACS_FIRST
     assert access.ODD_COPY_MACS_PER_ELEMENT <= shape[0] < access.ODD_COPY_MACS_FIRST
@@ -537,7 +537,7 @@ def test_calibration_rows_keep_the_copy_threshold_they_ran_under(tmp_path):
         return {r["width"] for r in rows if (r["M"], r["N"], r["K"]) == shape}
 
     assert widths(path) == {1}
-    marked = tmp_path / path.name
+    marked = tmp_path / path.name.removesuffix(".gz")
     marked.write_text(json.dumps({**doc, "odd_copy_macs": access.ODD_COPY_MACS_PER_ELEMENT}))
     assert widths(marked) == {4}
 

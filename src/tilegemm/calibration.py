@@ -3,8 +3,8 @@ constants that minimise the squared error of log time, by Levenberg-Marquardt wi
 the model table the selection reads (``tilegemm/tables/model-<gpu>.json``), which keeps the main
 and small products' sets' residuals too (``residual_rows``: what corrects their predictions, residuals.py).
 
-    python -m tilegemm.calibration fit CALIBRATION.json ... [--small CALIBRATION-SMALL.json ...] \
-        [--layouts CALIBRATION-NT.json ...] --out src/tilegemm/tables/model-<gpu>.json
+    python -m tilegemm.calibration fit CALIBRATION.json.gz ... [--small CALIBRATION-SMALL.json.gz ...] \
+        [--layouts CALIBRATION-NT.json.gz ...] --out src/tilegemm/tables/model-<gpu>.json
 
 The main set of constants is fitted to the bench draw's calibrations, the small products' set
 (``--small``) to calibrations of ``calibrate.py --small``, timed from CUDA graphs; it applies below

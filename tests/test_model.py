@@ -1,6 +1,7 @@
 """GPU-free: the cost model behind the selection, its fit, and what the selection takes from it."""
 
 import json
+import math
 import random
 from pathlib import Path
 from types import SimpleNamespace
@@ -199,6 +200,12 @@ def test_every_candidate_compiles_without_spills_in_every_layout():
     assert not bad, bad
 
 
+def _predicted(c: dict, r: dict, per_sm: dict) -> float:
+    """The prediction of constants ``c`` for calibration row ``r``, as the fit makes it."""
+    return model.predict(c, r["candidate"], r["config"], r["M"], r["N"], r["K"], r["batch"],
+                         per_sm[builds.build(r["candidate"])], 132, r["read"], r["out_width"], r["a_read"])
+
+
 def test_the_calibration_data_loads_and_refits_to_the_shipped_constants(fitted):
     folder = ROOT / "benchmarks" / "results" / "experiments"
     files = [folder / f for f in fitted["fitted_on"]]
@@ -208,11 +215,18 @@ def test_the_calibration_data_loads_and_refits_to_the_shipped_constants(fitted):
     nt = [folder / f for f in fitted["layouts"]["NT"]["fitted_on"]]
     doc, _ = calibration.model_table(files, small, nt)
     assert list(doc["layouts"]) == ["NT"] and all("-nt-" in f for f in fitted["layouts"]["NT"]["fitted_on"])
-    for got, want in ((doc, fitted), (doc["small"], fitted["small"]), (doc["layouts"]["NT"], fitted["layouts"]["NT"])):
+    for got, want, fs in ((doc, fitted, files), (doc["small"], fitted["small"], small),
+                          (doc["layouts"]["NT"], fitted["layouts"]["NT"], nt)):
         assert got["rows"] == want["rows"] and got["blocks_per_sm"] == want["blocks_per_sm"]
         assert got["rms_log_error"] == pytest.approx(want["rms_log_error"], rel=1e-3)
-        for k, v in want["constants"].items():
-            assert got["constants"][k] == pytest.approx(v, rel=1e-2, abs=1e-3), k
+        assert got["constants"].keys() == want["constants"].keys()
+        # the same model, judged by what it predicts on every timing it was fitted to: a constant itself may
+        # move along a direction the timings leave flat (a tile of one block an SM under the blend takes
+        # (a^p + b^p)^(1/p), not a and b apart), where NumPy's linear algebra of another release walks elsewhere
+        set_rows, set_per_sm, _, _ = calibration.load_calibration(fs)
+        worst = max(abs(math.log(_predicted(got["constants"], r, set_per_sm) / _predicted(want["constants"], r, set_per_sm)))
+                    for r in set_rows if builds.build(r["candidate"]) in set_per_sm)
+        assert worst < 0.01, worst
     assert doc["small"]["below_macs"] == fitted["small"]["below_macs"] == suites.DRAW["min_macs"]
     # the main and small sets keep their residuals (residuals.py), the NT set none
     assert "residuals" not in doc["layouts"]["NT"]

@@ -78,18 +78,23 @@ def _candidates(M, N, K, count, sms, tiles, per_sm=None, filling_only=False):
             if (not tiles or n.split()[0] in tiles) and n not in plain]
 
 
+def _first(n: int, seed: int, layout: str, draw: dict, keep, what: str) -> list[tuple]:
+    """The first ``n`` shapes of seed ``seed``'s draw for which ``keep(shape)`` holds, in the draw's order;
+    ValueError where its first 200 * n hold fewer (``what`` names them)."""
+    out = []
+    for size in (20 * n, 200 * n):
+        out = [s for s in suites.random_shapes(size, seed, (layout,), **draw) if keep(s)][:n]
+        if len(out) == n:
+            return out
+    raise ValueError(f"seed {seed}'s first {200 * n} shapes hold only {len(out)} {what}; ask for fewer")
+
+
 def run_in(n: int, seed: int, layout: str, draw: dict) -> list[tuple]:
     """The first ``n`` shapes of seed ``seed``'s draw that the family runs in ``layout`` (access.kernel_layout):
     the NT products it runs as NN, on a copy of B transposed, are the NN calibrations' to time (the draw
     itself in every other layout)."""
-    shapes = suites.random_shapes(n, seed, (layout,), **draw)
-    if all(access.kernel_layout(layout, *s[:3], s[4]) == layout for s in shapes):
-        return shapes
-    out = [s for s in suites.random_shapes(20 * n, seed, (layout,), **draw)
-           if access.kernel_layout(layout, *s[:3], s[4]) == layout][:n]
-    if len(out) < n:
-        raise ValueError(f"seed {seed}'s first {20 * n} shapes hold only {len(out)} that run in {layout}; ask for fewer")
-    return out
+    return _first(n, seed, layout, draw, lambda s: access.kernel_layout(layout, *s[:3], s[4]) == layout,
+                  f"that run in {layout}")
 
 
 def narrow(n: int, seed: int, layout: str, draw: dict, operand: str = "B") -> list[tuple]:
@@ -102,14 +107,8 @@ def narrow(n: int, seed: int, layout: str, draw: dict, operand: str = "B") -> li
         which = "TN or TT" if operand == "A" else "NN or TN"
         raise ValueError(f"--narrow-{operand.lower()} takes a layout whose {operand} is read along its rows "
                          f"({which}), not {layout}")
-    out = []
-    for size in (20 * n, 200 * n):
-        out = [s for s in suites.random_shapes(size, seed, (layout,), **draw)
-               if access.row_widths(layout, s[0], s[1], s[2])[i] != 4][:n]
-        if len(out) == n:
-            return out
-    raise ValueError(f"seed {seed}'s first {200 * n} shapes hold only {len(out)} whose {operand} is read narrow; "
-                     "ask for fewer")
+    return _first(n, seed, layout, draw, lambda s: access.row_widths(layout, s[0], s[1], s[2])[i] != 4,
+                  f"whose {operand} is read narrow")
 
 
 def run(args) -> int:

@@ -27,12 +27,18 @@ def test_script_parses(path):
         assert res.returncode == 0 and "usage:" in res.stdout, res.stderr
 
 
-def test_calibrate_narrow_b_draws_only_shapes_whose_b_is_read_narrow(monkeypatch):
+@pytest.fixture
+def calibrate():
+    """scripts/calibrate.py as a module."""
     sys.path.insert(0, str(SCRIPTS))
     try:
         import calibrate
     finally:
         sys.path.remove(str(SCRIPTS))
+    return calibrate
+
+
+def test_calibrate_narrow_b_draws_only_shapes_whose_b_is_read_narrow(calibrate, monkeypatch):
     from tilegemm import access, suites
 
     draw = dict(suites.DRAW)
@@ -51,12 +57,7 @@ def test_calibrate_narrow_b_draws_only_shapes_whose_b_is_read_narrow(monkeypatch
         calibrate.narrow(5, 481, "NT", draw)  # B a transposed view is never read along its rows
 
 
-def test_calibrate_narrow_a_draws_only_shapes_whose_a_is_read_narrow():
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        import calibrate
-    finally:
-        sys.path.remove(str(SCRIPTS))
+def test_calibrate_narrow_a_draws_only_shapes_whose_a_is_read_narrow(calibrate):
     from tilegemm import access, suites
 
     draw = dict(suites.DRAW)
@@ -71,12 +72,7 @@ def test_calibrate_narrow_a_draws_only_shapes_whose_a_is_read_narrow():
             calibrate.narrow(5, 1019, layout, draw, "A")  # A as stored is never read along its rows
 
 
-def test_calibrate_draws_in_a_layout_only_the_shapes_the_family_runs_in_it():
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        import calibrate
-    finally:
-        sys.path.remove(str(SCRIPTS))
+def test_calibrate_draws_in_a_layout_only_the_shapes_the_family_runs_in_it(calibrate):
     from tilegemm import access, suites
 
     draw = dict(suites.DRAW)

@@ -200,12 +200,6 @@ def test_every_candidate_compiles_without_spills_in_every_layout():
     assert not bad, bad
 
 
-def _predicted(c: dict, r: dict, per_sm: dict) -> float:
-    """The prediction of constants ``c`` for calibration row ``r``, as the fit makes it."""
-    return model.predict(c, r["candidate"], r["config"], r["M"], r["N"], r["K"], r["batch"],
-                         per_sm[builds.build(r["candidate"])], 132, r["read"], r["out_width"], r["a_read"])
-
-
 def test_the_calibration_data_loads_and_refits_to_the_shipped_constants(fitted):
     folder = ROOT / "benchmarks" / "results" / "experiments"
     files = [folder / f for f in fitted["fitted_on"]]
@@ -224,7 +218,8 @@ def test_the_calibration_data_loads_and_refits_to_the_shipped_constants(fitted):
         # move along a direction the timings leave flat (a tile of one block an SM under the blend takes
         # (a^p + b^p)^(1/p), not a and b apart), where NumPy's linear algebra of another release walks elsewhere
         set_rows, set_per_sm, _, _ = calibration.load_calibration(fs)
-        worst = max(abs(math.log(_predicted(got["constants"], r, set_per_sm) / _predicted(want["constants"], r, set_per_sm)))
+        worst = max(abs(math.log(calibration.predicted(got["constants"], r, set_per_sm, 132)
+                                 / calibration.predicted(want["constants"], r, set_per_sm, 132)))
                     for r in set_rows if builds.build(r["candidate"]) in set_per_sm)
         assert worst < 0.01, worst
     assert doc["small"]["below_macs"] == fitted["small"]["below_macs"] == suites.DRAW["min_macs"]

@@ -45,6 +45,13 @@ def _start() -> dict:
     return c
 
 
+def predicted(c: dict, r: dict, per_sm: dict, sms: int) -> float:
+    """The model's microseconds for calibration row ``r`` (``load_calibration``) under constants ``c``, its
+    build at ``per_sm`` blocks an SM, with the access widths the row was measured at."""
+    return model.predict(c, r["candidate"], r["config"], r["M"], r["N"], r["K"], r["batch"],
+                         per_sm[builds.build(r["candidate"])], sms, r["read"], r["out_width"], r["a_read"])
+
+
 def fit(rows: list[dict], per_sm: dict, sms: int, iterations: int = 60, mix: bool = True) -> tuple[dict, float]:
     """Constants minimising the squared error of log time over ``rows`` (calibration rows with
     ms), model.MIX among them where ``mix`` (else a round takes the larger bound); returns
@@ -60,9 +67,7 @@ def fit(rows: list[dict], per_sm: dict, sms: int, iterations: int = 60, mix: boo
     def residuals(v):
         with np.errstate(over="ignore", invalid="ignore"):  # a trial step may overflow; its error is then rejected
             c = dict(zip(names, np.exp(v)))
-            return np.log([model.predict(c, r["candidate"], r["config"], r["M"], r["N"], r["K"], r["batch"],
-                                   per_sm[builds.build(r["candidate"])], sms, r["read"], r["out_width"],
-                                         r["a_read"]) for r in rows]) - y
+            return np.log([predicted(c, r, per_sm, sms) for r in rows]) - y
 
     lam, res = 1e-2, residuals(x)
     for _ in range(iterations):
@@ -91,8 +96,7 @@ def residual_rows(rows: list[dict], c: dict, per_sm: dict, sms: int) -> dict:
     out: dict = {}
     for r in rows:
         if r.get("ms") and r["batch"] == 1 and builds.build(r["candidate"]) in per_sm:
-            t = model.predict(c, r["candidate"], r["config"], r["M"], r["N"], r["K"], 1,
-                              per_sm[builds.build(r["candidate"])], sms, r["read"], r["out_width"], r["a_read"])
+            t = predicted(c, r, per_sm, sms)
             out.setdefault(r["candidate"], []).append(
                 residuals.row(r["M"], r["N"], r["K"], r["read"], math.log(1e3 * r["ms"] / t)))
     return out

@@ -378,6 +378,9 @@ def test_held_out_picks_are_measured_on_other_seeds():
     table, _ = calibration.model_table([a])
     r = calibration.held_out(table, [b])
     assert r["shapes"] >= 30 and r["pick"] > 0.9 * r["best"]  # fitted on one seed, it picks well on another
+    assert len(r["per_shape"]) == r["shapes"]  # each shape's figures, whose logs average to the geometric means
+    assert math.exp(sum(math.log(p["ratio"]) for p in r["per_shape"]) / r["shapes"]) == pytest.approx(r["pick"])
+    assert all(p["ratio"] <= p["best"] * (1 + 1e-12) for p in r["per_shape"])
 
 
 def test_held_out_ranks_a_tn_calibration_as_the_selection_does(fitted, tmp_path):
@@ -636,8 +639,7 @@ def test_a_table_that_timed_the_offered_builds_ranks_them_itself():
 def test_fit_and_held_out_take_no_mix(monkeypatch):
     """Both subcommands fit the blend unless --no-mix (the H200's table is reproduced without it)."""
     asked = []
-    monkeypatch.setattr(calibration, "model_table",
-                        lambda files, small, layouts, mix, pull: asked.append(mix) or ({}, "fitted"))
+    monkeypatch.setattr(calibration, "model_table", lambda files, small, layouts, mix: asked.append(mix) or ({}, "fitted"))
     monkeypatch.setattr(calibration, "held_out", lambda doc, on: {"shapes": 1, "pick": 1.0, "best": 1.0})
     monkeypatch.setattr(calibration, "dump_table", lambda doc: "{}")
     monkeypatch.setattr(calibration.Path, "write_text", lambda self, text: None)
@@ -650,67 +652,9 @@ def test_fit_and_held_out_take_no_mix(monkeypatch):
 def test_a_blend_exponent_below_one_is_refused(monkeypatch):
     """A p-norm with p below 1 exceeds the sum of the bounds: the fit refuses it and names the way out."""
     monkeypatch.setattr(calibration, "load_calibration", lambda files: ([], {}, 132, "GPU"))
-    monkeypatch.setattr(calibration, "fit", lambda rows, per_sm, sms, mix=True, **pull: ({model.MIX: 0.8} if mix else {}, 0.1))
+    monkeypatch.setattr(calibration, "fit", lambda rows, per_sm, sms, mix=True: ({model.MIX: 0.8} if mix else {}, 0.1))
     monkeypatch.setattr(calibration, "_read", lambda f, gpu: {"layout": "NN"})
     with pytest.raises(ValueError, match="below 1; fit it with --no-mix"):
         calibration.model_table(["a.json"])
     monkeypatch.setattr(calibration, "residual_rows", lambda *a: {})
     assert model.MIX not in calibration.model_table(["a.json"], mix=False)[0]["constants"]
-
-
-def _few_rows(shapes=2):
-    """The H200's TT calibration rows of its first ``shapes`` shapes (a fit small enough for a test)."""
-    folder = ROOT / "benchmarks" / "results" / "experiments"
-    rows, per_sm, sms, _ = calibration.load_calibration([folder / "NVIDIA-H200-2026-11-28-calibration-tt-s1423.json.gz"])
-    keys = list(dict.fromkeys((r["M"], r["N"], r["K"]) for r in rows))[:shapes]
-    return [r for r in rows if (r["M"], r["N"], r["K"]) in keys], per_sm, sms
-
-
-def test_a_pulled_fit_stays_at_the_constants_it_is_drawn_toward():
-    """A heavy pull keeps every constant at the one it is drawn to (those below PULL_FLOOR of their start count as
-    equal); no pull, or a pull of weight 0, fits as before; the rms is over the timings alone."""
-    rows, per_sm, sms = _few_rows()
-    free, rms = calibration.fit(rows, per_sm, sms, mix=False, iterations=8)
-    assert calibration.fit(rows, per_sm, sms, mix=False, iterations=8, toward=free, weight=0.0) == (free, rms)
-    toward = {k: v * 1.5 for k, v in free.items()}
-    toward["red0"] = 0.0
-    held, held_rms = calibration.fit(rows, per_sm, sms, mix=False, iterations=8, toward=toward, weight=1e8)
-    start = calibration._start()
-    for k, v in held.items():
-        floor = calibration.PULL_FLOOR * start[k]
-        assert max(v, floor) == pytest.approx(max(toward[k], floor), rel=1e-3), k
-    assert held_rms > rms  # the timings fit worse where the pull holds the constants away from their free fit
-
-
-def test_pull_takes_layout_and_weight_and_refuses_anything_else(monkeypatch):
-    """--pull LAYOUT:WEIGHT reaches the fit's table by layout; a malformed item is one clear error, before fitting."""
-    assert calibration._pulls(["NT:1", "TT:0.5"]) == {"NT": 1.0, "TT": 0.5}
-    for bad in ("NN:1", "NT", "NT:x", "NT:-1", "NT:nan"):
-        with pytest.raises(ValueError, match="--pull .*LAYOUT:WEIGHT"):
-            calibration._pulls([bad])
-    asked = []
-    monkeypatch.setattr(calibration, "model_table",
-                        lambda files, small, layouts, mix, pull: asked.append(pull) or ({}, "fitted"))
-    monkeypatch.setattr(calibration, "held_out", lambda doc, on: {"shapes": 1, "pick": 1.0, "best": 1.0})
-    assert calibration.main(["held-out", "a.json", "--on", "b.json", "--pull", "NT:2"]) == 0
-    assert asked == [{"NT": 2.0}]
-    assert calibration.main(["held-out", "a.json", "--on", "b.json", "--pull", "NT:?"]) == 2 and len(asked) == 1
-
-
-def test_a_layout_set_is_drawn_toward_the_main_set_it_is_fitted_beside(monkeypatch):
-    """model_table's ``pull`` draws only the layouts it names toward the main set's fitted constants, and the table
-    records the weight in that set."""
-    calls = []
-
-    def fake_fit(rows, per_sm, sms, mix=True, toward=None, weight=0.0):
-        calls.append((rows, toward, weight))
-        return {"x": float(len(calls))}, 0.1
-    monkeypatch.setattr(calibration, "fit", fake_fit)
-    monkeypatch.setattr(calibration, "_read", lambda f, gpu: {"layout": f.split(".")[0]})
-    monkeypatch.setattr(calibration, "load_calibration",
-                        lambda files: ([{"layout": files[0].split(".")[0]}], {}, 132, "GPU"))
-    monkeypatch.setattr(calibration, "residual_rows", lambda *a: {})
-    doc, said = calibration.model_table(["NN.json"], layout_files=["NT.json", "TT.json"], mix=False, pull={"NT": 1.0})
-    assert [(t, w) for _, t, w in calls] == [(None, 0.0), ({"x": 1.0}, 1.0), ({"x": 1.0}, 0.0)]
-    assert doc["layouts"]["NT"]["pull"] == 1.0 and "pull" not in doc["layouts"]["TT"]
-    assert "NT: 1 constants to 1 timings, rms log error 0.100 (drawn toward the main set's at weight 1)" in said

@@ -52,13 +52,10 @@ def predicted(c: dict, r: dict, per_sm: dict, sms: int) -> float:
                          per_sm[builds.build(r["candidate"])], sms, r["read"], r["out_width"], r["a_read"])
 
 
-def fit(rows: list[dict], per_sm: dict, sms: int, iterations: int = 60, mix: bool = True,
-        toward: dict | None = None, weight: float = 0.0) -> tuple[dict, float]:
+def fit(rows: list[dict], per_sm: dict, sms: int, iterations: int = 60, mix: bool = True) -> tuple[dict, float]:
     """Constants minimising the squared error of log time over ``rows`` (calibration rows with
     ms), model.MIX among them where ``mix`` (else a round takes the larger bound); returns
-    (constants, root mean square of the log error over the rows).  ``toward``: constants the fit is
-    drawn to, ``weight`` times the squared log ratio of each constant to its value there summed
-    (``_pull``: a set fitted to few shapes stays near one fitted to many where its timings say little)."""
+    (constants, root mean square of the log error)."""
     import numpy as np
 
     rows = [r for r in rows if r.get("ms") and builds.build(r["candidate"]) in per_sm
@@ -66,16 +63,15 @@ def fit(rows: list[dict], per_sm: dict, sms: int, iterations: int = 60, mix: boo
     names = _names({r["candidate"].split()[0] for r in rows}, mix)
     x = np.log(np.array([_start()[n] for n in names]))
     y = np.log(np.array([1e3 * r["ms"] for r in rows]))
-    pull = _pull(names, toward or {}, weight)
 
     def residuals(v):
         with np.errstate(over="ignore", invalid="ignore"):  # a trial step may overflow; its error is then rejected
             c = dict(zip(names, np.exp(v)))
-            return np.concatenate([np.log([predicted(c, r, per_sm, sms) for r in rows]) - y, pull(v)])
+            return np.log([predicted(c, r, per_sm, sms) for r in rows]) - y
 
     lam, res = 1e-2, residuals(x)
     for _ in range(iterations):
-        J = np.empty((len(res), len(x)))
+        J = np.empty((len(rows), len(x)))
         for j in range(len(x)):
             d = np.zeros_like(x)
             d[j] = 1e-4
@@ -92,26 +88,7 @@ def fit(rows: list[dict], per_sm: dict, sms: int, iterations: int = 60, mix: boo
                 break
         if lam > 1e8 or np.abs(step).max() < 1e-6:
             break
-    res = res[:len(rows)]
     return dict(zip(names, map(float, np.exp(x)))), float(np.sqrt(res @ res / len(res)))
-
-
-# Below this share of its starting value (``_start``) a constant counts as 0 where ``fit`` draws it toward
-# another's: the fit reaches 0 only asymptotically, in log space, and two constants both near 0 agree
-PULL_FLOOR = 1e-3
-
-
-def _pull(names: list[str], toward: dict, weight: float):
-    """The residuals ``fit`` adds to draw the log constants ``v`` (of ``names``) toward ``toward``'s: for
-    each constant ``toward`` has, sqrt(weight) times the log ratio, each side floored at PULL_FLOOR of
-    its start."""
-    import numpy as np
-
-    start = _start()
-    idx = [j for j, n in enumerate(names) if n in toward and weight > 0]
-    floor = np.log(np.array([PULL_FLOOR * start[names[j]] for j in idx]))
-    target = np.maximum(np.log(np.maximum([toward[names[j]] for j in idx], 1e-300)), floor)
-    return lambda v: math.sqrt(weight) * (np.maximum(v[idx], floor) - target)
 
 
 def residual_rows(rows: list[dict], c: dict, per_sm: dict, sms: int) -> dict:
@@ -204,21 +181,18 @@ def small_bound(paths) -> int:
     return bounds.pop()
 
 
-def _fit_set(rows: list[dict], per_sm: dict, sms: int, mix: bool, what: str,
-             toward: dict | None = None, weight: float = 0.0) -> tuple[dict, float]:
-    """``fit`` (drawn ``toward`` constants by ``weight``), refusing a blend's exponent below 1 (model.MIX: a round
-    would take longer than its two bounds summed)."""
-    consts, rms = fit(rows, per_sm, sms, mix=mix, toward=toward, weight=weight)
+def _fit_set(rows: list[dict], per_sm: dict, sms: int, mix: bool, what: str) -> tuple[dict, float]:
+    """``fit``, refusing a blend's exponent below 1 (model.MIX: a round would take longer than its two bounds summed)."""
+    consts, rms = fit(rows, per_sm, sms, mix=mix)
     if consts.get(model.MIX, 1.0) < 1.0:
         raise ValueError(f"the {what} set's blend exponent fitted to {consts[model.MIX]:.2f}, below 1; fit it with --no-mix")
     return consts, rms
 
 
-def model_table(files, small_files=(), layout_files=(), mix: bool = True, pull: dict | None = None) -> tuple[dict, str]:
+def model_table(files, small_files=(), layout_files=(), mix: bool = True) -> tuple[dict, str]:
     """The model table fitted to calibration ``files`` (``small_files`` for the small products' set,
     ``layout_files`` for a set per layout they were measured in), and a line saying what was fitted;
     ``mix``: the main and layout sets fit the rounds' blend (model.MIX; without it, as tables before it).
-    ``pull``: by layout, the weight drawing that layout's set toward the main set's constants (``fit``).
     The main and small sets take NN calibrations only; a layout's set, calibrations of the bench
     draw (timed call by call, not from graphs)."""
     for f in (*files, *small_files):
@@ -256,13 +230,11 @@ def model_table(files, small_files=(), layout_files=(), mix: bool = True, pull: 
         l_rows, l_per_sm, l_sms, l_gpu = load_calibration(fs)
         if (l_gpu, l_sms) != (gpu, sms) or any(r["layout"] != layout for r in l_rows):
             raise ValueError(f"the {layout} calibrations mix layouts, or are of {l_gpu}, the others of {gpu}")
-        weight = (pull or {}).get(layout, 0.0)
-        l_consts, l_rms = _fit_set(l_rows, l_per_sm, sms, mix, layout, consts, weight)
+        l_consts, l_rms = _fit_set(l_rows, l_per_sm, sms, mix, layout)
         doc.setdefault("layouts", {})[layout] = {"fitted_on": [Path(x).name for x in fs], "rows": len(l_rows),
                                                   "rms_log_error": l_rms, "blocks_per_sm": l_per_sm,
-                                                  **({"pull": weight} if weight else {}), "constants": l_consts}
+                                                  "constants": l_consts}
         said += f"; {layout}: {len(l_consts)} constants to {len(l_rows)} timings, rms log error {l_rms:.3f}"
-        said += f" (drawn toward the main set's at weight {weight:g})" if weight else ""
     return doc, said
 
 
@@ -316,21 +288,6 @@ def dump_table(doc: dict) -> str:
     return text + "\n"
 
 
-def _pulls(items) -> dict:
-    """``--pull``'s LAYOUT:WEIGHT items as {layout: weight}."""
-    out = {}
-    for item in items:
-        layout, _, w = item.partition(":")
-        try:
-            weight = float(w)
-        except ValueError:
-            weight = -1.0
-        if layout not in ("NT", "TN", "TT") or not weight >= 0:
-            raise ValueError(f"--pull {item}: give LAYOUT:WEIGHT, a layout of --layouts (NT, TN or TT) and a weight >= 0")
-        out[layout] = weight
-    return out
-
-
 def main(argv=None) -> int:
     p = ArgParser(prog="python -m tilegemm.calibration", description="fit the cost model's constants")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=ArgParser)
@@ -345,15 +302,12 @@ def main(argv=None) -> int:
     h.add_argument("--on", nargs="+", required=True, help="calibration files of other seeds, same GPU")
     for q in (f, h):
         q.add_argument("--no-mix", action="store_true", help="take a round's larger bound, not the fitted blend (model.MIX)")
-        q.add_argument("--pull", nargs="+", default=[], metavar="LAYOUT:WEIGHT",
-                       help="draw that layout's set toward the main set's constants at that weight (e.g. NT:1)")
     args = parse_args(p, argv)
     if isinstance(args, int):
         return args
 
     def run(a):
-        pull = _pulls(a.pull)
-        doc, said = model_table(a.files, a.small if a.cmd == "fit" else (), a.layouts, not a.no_mix, pull)
+        doc, said = model_table(a.files, a.small if a.cmd == "fit" else (), a.layouts, not a.no_mix)
         if a.cmd == "held-out":
             r = held_out(doc, a.on)
             print(f"{said}; on {r['shapes']} held-out shapes its picks run at {r['pick']:.3f}x cuBLAS, "

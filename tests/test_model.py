@@ -380,7 +380,10 @@ def test_held_out_picks_are_measured_on_other_seeds():
     assert r["shapes"] >= 30 and r["pick"] > 0.9 * r["best"]  # fitted on one seed, it picks well on another
     assert len(r["per_shape"]) == r["shapes"]  # each shape's figures, whose logs average to the geometric means
     assert math.exp(sum(math.log(p["ratio"]) for p in r["per_shape"]) / r["shapes"]) == pytest.approx(r["pick"])
+    assert math.exp(sum(math.log(p["best"]) for p in r["per_shape"]) / r["shapes"]) == pytest.approx(r["best"])
     assert all(p["ratio"] <= p["best"] * (1 + 1e-12) for p in r["per_shape"])
+    timed = {r["candidate"] for r in results.read(b)["rows"]}
+    assert all(p["pick"] in timed and p["shape"][0] == "NN" for p in r["per_shape"])
 
 
 def test_held_out_ranks_a_tn_calibration_as_the_selection_does(fitted, tmp_path):

@@ -382,7 +382,7 @@ def test_held_out_picks_are_measured_on_other_seeds():
     assert math.exp(sum(math.log(p["ratio"]) for p in r["per_shape"]) / r["shapes"]) == pytest.approx(r["pick"])
     assert math.exp(sum(math.log(p["best"]) for p in r["per_shape"]) / r["shapes"]) == pytest.approx(r["best"])
     assert all(p["ratio"] <= p["best"] * (1 + 1e-12) for p in r["per_shape"])
-    timed = {r["candidate"] for r in results.read(b)["rows"]}
+    timed = {row["candidate"] for row in results.read(b)["rows"]}
     assert all(p["pick"] in timed and p["shape"][0] == "NN" for p in r["per_shape"])
 
 

@@ -251,19 +251,18 @@ def held_out(table: dict, paths) -> dict:
     for r in rows:
         shapes.setdefault((r["layout"], r["M"], r["N"], r["K"], r["batch"], r["a_read"], r["b_width"], r["out_width"]),
                           {})[r["candidate"]] = r
-    picks, bests, per_shape = [], [], []
+    per_shape = []
     for (layout, M, N, K, count, a_width, width, out_width), rs in shapes.items():
         ranked = model.ranked_for(table, M, N, K, count, sms, layout, width, out_width, arch, a_width)
         pick = next((name for name, _, _ in ranked if name in rs), None)
         if pick is None:
             continue
         cublas = rs[pick]["cublas_ms"]
-        picks.append(math.log(cublas / rs[pick]["ms"]))
-        bests.append(math.log(cublas / min(r["ms"] for r in rs.values())))
-        per_shape.append({"shape": [layout, M, N, K, count], "pick": pick, "ratio": math.exp(picks[-1]),
-                          "best": math.exp(bests[-1])})
-    mean = lambda xs: math.exp(sum(xs) / len(xs)) if xs else float("nan")
-    return {"shapes": len(picks), "pick": mean(picks), "best": mean(bests), "per_shape": per_shape}
+        per_shape.append({"shape": [layout, M, N, K, count], "pick": pick, "ratio": cublas / rs[pick]["ms"],
+                          "best": cublas / min(r["ms"] for r in rs.values())})
+    mean = lambda key: (math.exp(sum(math.log(p[key]) for p in per_shape) / len(per_shape)) if per_shape
+                        else float("nan"))
+    return {"shapes": len(per_shape), "pick": mean("ratio"), "best": mean("best"), "per_shape": per_shape}
 
 
 def dump_table(doc: dict) -> str:

@@ -350,7 +350,7 @@ def test_stream_k_builds_without_spills(arch):
         assert not sass.uses_local_memory(lst)
         assert "STG.E.STRONG.GPU" in lst and "LDG.E.STRONG.GPU" in lst, "flags: release store, acquire load"
     d = registry.FAMILY.defines(registry.FAMILY.params({"sk": 1}), "NN", 4)
-    assert d["SK"] == 1
+    assert d["SK"] == 1 and d["SK_SPREAD"] == builds.SK_SPREAD  # the fix-up's rule, declared once (builds.py)
 
 
 def test_stream_k_takes_no_split_k():

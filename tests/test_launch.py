@@ -216,7 +216,7 @@ def test_stream_k_takes_the_resident_grid_and_its_flags(stubs):
     prog, launches = run(p, {**BIG, "splits": 1, "sk": 1}, stubs)
     grid, a = launches[0]
     g = args(launch.GEMM, a)
-    assert grid == (264, 1, 1) and prog.work_floats == 264 * 128 * 128
+    assert grid == (264, 1, 1) and prog.work_floats == 2 * 264 * 128 * 128  # a head and a tail slot a block
     assert (g["W"], g["flags"], g["epoch"], g["first"]) == (WORK, 0x800000, 7, 0)
 
 
@@ -447,7 +447,7 @@ def test_a_misaligned_a_is_copied_in_tn_after_the_stream_k_slots(stubs):
     p = plan(a, op("b", (K, N), ptr=PB), op("out", (M, N), ptr=PD))
     prog, launches = run(p, {**BIG, "splits": 1, "sk": 1}, stubs)
     pk, g = args(launch.PACK, launches[0][1]), args(launch.GEMM, launches[1][1])
-    slots = 264 * 128 * 128
+    slots = 2 * 264 * 128 * 128
     assert (pk["rows"], pk["cols"], pk["lds"], pk["ldd"]) == (K, M, M, 304)
     assert (g["A"], g["lda"], g["B"]) == (WORK + 4 * slots, 304, PB) and pk["dst"] == g["A"]
     assert prog.work_floats == slots + K * 304

@@ -35,6 +35,11 @@ STREAM_K_TILES = ("256x128", "128x128", "128x128w", "64x64f", "128x64", "64x128"
 # 54 picks of a fresh draw that changed to stream-K when all four were offered there, against the data-parallel picks,
 # 256 x 128 ran its 25 2.1% faster, 128 x 128 its 20 1.2%; 128 x 128w its 8 6.0% slower, 64 x 64f its one 8.5% (perf-notes)
 WAVE_STREAM_K_TILES = ("256x128", "128x128")
+# stream-K: a tile shared by n blocks is added up by its owner, the tails one after another, unless n - 1 >
+# SK_SPREAD * (blocks an SM); then by all n, a share each, once their ranges are done (gemm.cu).  The owner's adds
+# then cost about what the shares do: each block writes up to two parts and reads two tiles' worth, against the
+# owner's n - 1 parts (docs/perf-notes.md)
+SK_SPREAD = 3
 SUMMED_TILES = ("128x128", "64x128", "128x64", "64x64", "64x64f", "32x32")  # also split over K and summed in the kernel
 # summed in the kernel at up to SUMMED_MAX_SPLITS splits: on a probe of 16 long-K shapes
 # with few tiles (four tiles split 8, 16 and 32 ways, both ways), summed at 16 splits was the fastest
@@ -158,6 +163,10 @@ BY_ROWS_MINB = {access.ODD_ROWS: {"64x64f stream-K": 5},
 # spilling 16 bytes) ran 1.01x slower on 14 picks and 1.04x on 24.  64 x 128 at minb 4 ran 1.4%
 # slower on 5 picks whose B rows are of odd length, where it keeps 4 blocks either way (docs/perf-notes.md).
 ARCH_MINB = {"sm_90": {"128x64": {2: 4, 1: 4}, "128x64 summed": {4: 4, 2: 4, 1: 4}, "64x64 summed": {2: 6, 1: 6}}}
+# Builds asked a minb in a layout other than NN, at every width, on an arch: where the tile's own minb leaves ptxas free
+# to take a block an SM fewer there than in NN.  64 x 64f stream-K in TT: 175 registers (5 blocks of 64 threads) with
+# stream-K's two ways of adding up a tile (gemm.cu SK_SPREAD), 162-164 (6) at minb 6 at every width, no spills
+LAYOUT_MINB = {"sm_90": {"TT": {"64x64f stream-K": 6}}}
 # The 16-byte builds that hold fewer blocks an SM in another layout than in NN (by ptxas' registers; tested)
 LAYOUT_BLOCKS = {"sm_90": {"NT": {"128x64": 3, "128x64 summed": 3, "64x128": 3, "64x128 summed": 3, "32x32": 10,
                                   "32x32 summed": 12}, "TT": {"64x128 summed": 3}}}
@@ -190,9 +199,11 @@ def arch_minb(params: dict, layout: str, widths, arch: str | None) -> dict:
     """The parameters with which the family config ``params`` (every parameter given) runs a product
     of ``layout`` at access widths ``widths`` (access.family_widths: one number or (A, B, D)) on
     ``arch``, not reading B's rows by rows (``by_rows``): minb from ARCH_MINB where it names the
-    candidate's build and B's width in NN, else ``params``."""
+    candidate's build and B's width in NN, from LAYOUT_MINB where it names the layout and the build, else
+    ``params``."""
     b_width = widths[1] if isinstance(widths, tuple) else widths
-    minb = ARCH_MINB.get(arch, {}).get(_build_of(params), {}).get(b_width) if layout == "NN" else None
+    minb = (ARCH_MINB.get(arch, {}).get(_build_of(params), {}).get(b_width) if layout == "NN"
+            else LAYOUT_MINB.get(arch, {}).get(layout, {}).get(_build_of(params)))
     return params if minb is None else {**params, "minb": minb}
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from . import access
+from . import access, builds
 from .kernelspec import LAYOUTS, PRECISIONS, Constraint, KernelSpec, check_precision  # noqa: F401 (re-exported)
 from .occupancy import Limits  # noqa: F401 (re-exported)
 
@@ -316,8 +316,8 @@ FAMILY = KernelSpec(
     row_classes=True,
     linear_grid=True,
     entry="tilegemm_gemm",
-    runtime=("splits",),
-    waits=True,
+    runtime=("splits",), waits=True,
+    extra={"SK_SPREAD": builds.SK_SPREAD},  # when stream-K's blocks add up a tile together (builds.SK_SPREAD)
 )
 
 REDUCE = KernelSpec(

@@ -571,11 +571,11 @@ def _correct_and_repeatable(cp, cfg, shape, alpha, beta):
 
 @pytest.mark.parametrize("cfg", [{**selection.BIG, "sk": 1}, {**selection.HUGE, "sk": 1}, {**autotune.SK_SMALL, "sk": 1}])
 @pytest.mark.parametrize("shape", [(3000, 1000, 500, 1), (33, 65, 40000, 1), (513, 255, 1031, 3), (1, 1, 1, 1),
-                                   (2049, 8447, 136, 1)])
+                                   (2049, 8447, 136, 1), (128, 4096, 4100, 1)])
 def test_stream_k_is_correct_and_repeatable(cp, cfg, shape):
     """Stream-K at shapes where tiles are split among blocks (many partials per tile at long K,
-    batches, edges, many whole waves before the shared one): float64 agreement, alpha/beta, and bit-identical repeats (the owner adds the
-    partials in a fixed order)."""
+    batches, edges, many whole waves before the shared one): float64 agreement, alpha/beta, and bit-identical repeats (a
+    tile's blocks add its parts in block order)."""
     _correct_and_repeatable(cp, cfg, shape, alpha=-0.5, beta=2.0)
 
 
@@ -615,8 +615,8 @@ def test_split_k_summed_in_the_kernel(cp, cfg, shape):
 @pytest.mark.parametrize("shape", [(525, 13468, 254, 1), (129, 130, 8, 300), (1000, 9335, 284, 1)])
 def test_stream_k_with_fewer_k_iterations_left_than_blocks(cp, cfg, shape):
     """After the whole waves of whole tiles, the stream-K range can hold fewer k-iterations than
-    the grid has blocks, so some blocks get an empty range: they hold nothing of any tile and set no
-    flag (an owner once waited for them for ever)."""
+    the grid has blocks: it is shared by as many blocks as it has k-iterations, and the others hold
+    nothing of any tile and set no flag (a tile's blocks would otherwise wait for them for ever)."""
     _correct_and_repeatable(cp, cfg, shape, alpha=1.5, beta=0.5)
 
 

@@ -34,6 +34,8 @@
 //              of G resident blocks shares the count * tiles * ceil(K / BK) k-iterations evenly;
 //              see tilegemm_gemm's stream-K branch.  2: split-K whose splits add up the tile
 //              themselves, each a share of it, with no second kernel (SK == 2 branch)
+//   SK_SPREAD  stream-K: a tile shared by n blocks is added up by all n, a share each, where n - 1 > SK_SPREAD
+//              times the blocks an SM, else by its owner alone (builds.SK_SPREAD)
 // W, flags, epoch, count, first: the workspace, hand-over flags, launch epoch, number of products
 // and first block of the launch for SK = 1, 2 (unused when SK = 0).
 // Grid (SK = 0): x = block tiles of one product (swizzled), z = batch * splits.  Split s of batch b
@@ -89,6 +91,9 @@
 #endif
 #ifndef KS
 #define KS 1
+#endif
+#ifndef SK_SPREAD
+#define SK_SPREAD 3
 #endif
 
 #define ROWS_T (BM / TM)            // threads along M
@@ -403,7 +408,7 @@ __device__ __forceinline__ void tg_st_release(int *p, int v) {
     asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
-// The fix-up of SK = 2: this block's share of a tile, the float4 groups q in [q0, q1) of every
+// The fix-up of SK = 1 and 2: this block's share of a tile, the float4 groups q in [q0, q1) of every
 // thread's acc (q = i * TN / 4 + p: row i, columns 4p..4p+3 of the thread tile), is the sum of the
 // tile's n partials in W, the first at `first`, the others at second, second + stride, ... (a slot
 // of W holds element (i, j) of thread tid at (i * TN + j) * NT + tid), added in contributor order,
@@ -547,23 +552,36 @@ extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
     // Stream-K, after whole waves of whole tiles (the "data-parallel + stream-K" hybrid).  Of the
     // count * tiles block tiles, the first dp (whole waves: a multiple of the grid) go a tile per
     // block per wave, as without stream-K.  The k-iterations of the rest (ipt = ceil(K / BK) per
-    // tile) are cut into gridDim.x equal contiguous ranges, one per block; all blocks are resident
-    // at once (the host sizes the grid from the occupancy query).  A block walks its range a tile
-    // segment at a time:
-    //   - a segment that starts a tile (k-iteration 0) makes the block that tile's owner: it adds
-    //     the partial sums of the later blocks that hold the rest of the tile's k-iterations, then
-    //     writes D;
-    //   - a segment that starts inside a tile can only be the block's first: the block stores its
-    //     partial sums in its slot of W and sets its flag.
-    // A block's partial comes from the start of its range and the owner reaches its part of that
-    // tile at the end of its own range, so waits are short.  The owner adds the partials in block
-    // order: results do not depend on timing.
+    // tile) are cut into S = min(gridDim.x, their count) equal contiguous ranges, one per block, none
+    // empty; all blocks are resident at once (the host sizes the grid from the occupancy query).  A
+    // block walks its range a tile segment at a time.  A whole tile is stored.  A part of a tile goes
+    // to the block's slot of W for it (2 g: the tile's first k-iterations, its head; 2 g + 1: a later
+    // part, its tail; a block holds at most one of each), and the slot's flag is set.  A tile shared
+    // by n blocks is then added up one of two ways:
+    //   - by its owner, the block of its head, which adds the tails one after another to its own
+    //     sums (its head stays in registers) and writes the tile: the tails are the first segments
+    //     of the later blocks' ranges and the head the last of the owner's, so waits are short;
+    //   - where n - 1 > SK_SPREAD * (blocks an SM), which the owner's serial adds would make the
+    //     longest part of the launch, by all n blocks once their ranges are done: the j-th adds the
+    //     float4 groups [j Q / n, (j + 1) Q / n) of every part (as SK = 2) and writes them.
+    // Either way the parts are added in block order: results do not depend on timing.
     float acc[TM][TN];
+    constexpr int Q = TM * TN / 4, SLOT = NT * TM * TN;
     const int tiles = ((M + BM - 1) / BM) * ((N + BN - 1) / BN), ipt = (K + BK - 1) / BK;
     const int G = gridDim.x, g = blockIdx.x, dp = (count * tiles / G) * G;
     const long long total = (long long)(count * tiles - dp) * ipt;
-    long long it = total * g / G;
-    const long long end = total * (g + 1) / G;
+    const int S = (int)min((long long)G, total);
+    long long it = g < S ? total * g / S : 0;
+    const long long end = g < S ? total * (g + 1) / S : 0;
+    // k-iteration x of the range is in block ((x + 1) S - 1) / total (block b's range starts at total * b / S)
+    auto block_of = [&](long long x) { return (int)(((x + 1) * S - 1) / total); };
+    // whether the n = b1 - b0 + 1 blocks of a tile add it up together: n - 1 > SK_SPREAD * G / SMs (%nsmid: 132 on
+    // the H200, its SM count)
+    auto spreads = [&](int b0, int b1) {
+        unsigned sms;
+        asm volatile("mov.u32 %0, %%nsmid;" : "=r"(sms));
+        return (unsigned)(b1 - b0) * sms > (unsigned)(SK_SPREAD * G);
+    };
     for (int wave = g;;) {
         int t, kb, ke;
         if (wave < dp) {  // a whole tile
@@ -586,39 +604,61 @@ extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
         __syncthreads();  // the last segment's fragment reads are done before its stages are refilled
         tile_mac(acc, smem, A + z * sA + tg_a_off(0, kk, lda), lda, B + z * sB + tg_b_off(kk, 0, ldb), ldb, M, N,
                  min(K, ke * BK) - kk, m0, n0, tid, tr, tc);
-        // W: a slot of TM * TN * NT floats per block, element (i, j) of every thread's acc in a
-        // row of NT.  Scalar accesses, coalesced: a float4 store of acc[i][4p..4p+3] would make ptxas
-        // keep the accumulators in aligned register quads, and the K loop's FFMAs then hit 8x more
-        // register-bank conflicts (SASS model; docs/perf-notes.md, "Stream-K")
-        if (kb != 0) {  // a later part of the tile: hand the partial sums to its owner
-            float *slot = W + (tg_idx)g * (NT * TM * TN) + tid;
-#pragma unroll
-            for (int i = 0; i < TM; ++i)
-#pragma unroll
-                for (int j = 0; j < TN; ++j) __stcg(slot + (i * TN + j) * NT, acc[i][j]);
-            __syncthreads();
-            if (tid == 0) {
-                __threadfence();
-                tg_st_release(flags + g, epoch);
-            }
-        } else {
-            // the owner: blocks g+1, g+2, ... whose ranges start inside this tile hold its rest; a
-            // block whose range is empty (fewer k-iterations left than blocks) holds none of it and
-            // sets no flag
-            const long long tile_end = (long long)(t - dp + 1) * ipt;  // in the stream-K range
-            for (int h = g + 1; ke < ipt && h < G && total * h / G < tile_end; ++h) {
-                if (total * h / G == total * (h + 1) / G) continue;
+        if (kb == 0 && ke == ipt) {
+            tile_store(acc, D + z * sD, ldd, C + z * sC, ldc, m0, n0, tr, tc, M, N, alpha, beta);
+            continue;
+        }
+        const long long x0 = (long long)(t - dp) * ipt;  // the tile's first k-iteration in the range
+        const int b0 = block_of(x0), b1 = block_of(x0 + ipt - 1);
+        const bool spread = spreads(b0, b1);
+        if (kb == 0 && !spread) {
+            // the owner: adds the tails of blocks b0 + 1 .. b1 in order
+            for (int h = b0 + 1; h <= b1; ++h) {
                 if (tid == 0)
-                    while (tg_ld_acquire(flags + h) != epoch) __nanosleep(32);
+                    while (tg_ld_acquire(flags + 2 * h + 1) != epoch) __nanosleep(32);
                 __syncthreads();
-                const float *other = W + (tg_idx)h * (NT * TM * TN) + tid;
+                const float *other = W + (tg_idx)(2 * h + 1) * SLOT + tid;
 #pragma unroll
                 for (int i = 0; i < TM; ++i)
 #pragma unroll
                     for (int j = 0; j < TN; ++j) acc[i][j] += __ldcg(other + (i * TN + j) * NT);
             }
             tile_store(acc, D + z * sD, ldd, C + z * sC, ldc, m0, n0, tr, tc, M, N, alpha, beta);
+            continue;
         }
+        // a part to hand over: element (i, j) of every thread's acc in a row of NT.  Scalar accesses,
+        // coalesced: a float4 store of acc[i][4p..4p+3] would make ptxas keep the accumulators in aligned
+        // register quads, and the K loop's FFMAs then hit 8x more register-bank conflicts (SASS model;
+        // docs/perf-notes.md, "Stream-K")
+        const int s = 2 * g + (kb != 0);
+        float *slot = W + (tg_idx)s * SLOT + tid;
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+            for (int j = 0; j < TN; ++j) __stcg(slot + (i * TN + j) * NT, acc[i][j]);
+        __syncthreads();
+        if (tid == 0) {
+            __threadfence();
+            tg_st_release(flags + s, epoch);
+        }
+    }
+    if (g >= S) return;
+    // the tiles this block adds a share of: those of its range's first and last segments that spread
+    const int uf = (int)(total * g / S / ipt), ul = (int)((end - 1) / ipt);
+#pragma unroll 1
+    for (int h = 0; h < 1 + (ul != uf); ++h) {
+        const int u = h == 0 ? uf : ul, t = u + dp, z = t / tiles;
+        const int b0 = block_of((long long)u * ipt), b1 = block_of((long long)u * ipt + ipt - 1), n = b1 - b0 + 1;
+        if (!spreads(b0, b1)) continue;
+        // the head of block b0, then the tails of b0 + 1 .. b1; a thread a flag (a tile may have hundreds of blocks)
+        for (int b = b0 + tid; b <= b1; b += NT)
+            while (tg_ld_acquire(flags + 2 * b + (b != b0)) != epoch) __nanosleep(32);
+        __syncthreads();
+        int m0, n0;
+        tile_origin(t - z * tiles, M, N, m0, n0);
+        const int j = g - b0;
+        share_fixup(W + (tg_idx)(2 * b0) * SLOT, W + (tg_idx)(2 * b0 + 3) * SLOT, 2 * (tg_idx)SLOT, n, j * Q / n,
+                    (j + 1) * Q / n, tid, D + z * sD, ldd, C + z * sC, ldc, m0, n0, tr, tc, M, N, alpha, beta);
     }
 #endif
 }

@@ -177,7 +177,7 @@ def transposer(device: int) -> Launcher:
 
 # --------------------------------------------------------------------------- stream-K flags
 
-# The hand-over flags of sk = 1, 2: one int per block, per (device, stream), zeroed once; each launch
+# The hand-over flags of sk = 1, 2: one int per block (two for sk = 1), per (device, stream), zeroed once; each launch
 # on the stream counts up an epoch that the flags are set to, so nothing resets them (launches on
 # one stream run in order; streams do not share flags; the lock keeps two threads launching on one
 # stream from taking the same epoch).
@@ -214,7 +214,7 @@ A, B, C, D, W = range(5)  # the pointers a step takes: the operands, and the wor
 @dataclass(frozen=True)
 class Step:
     """One launch: its arguments with pointers patched per run (slot, pointer, byte offset), for
-    stream-K launches the (flags slot, epoch slot, blocks) of its hand-over flags, and ``repeat``:
+    stream-K launches the (flags slot, epoch slot, flags) of its hand-over flags, and ``repeat``:
     launched that many times, each pointer moved on by its ``strides`` (bytes) every time (a rung's
     batch, one launch per product)."""
 

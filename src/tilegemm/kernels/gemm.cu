@@ -396,9 +396,10 @@ __device__ __forceinline__ void tile_store(float (*acc)[TN], float *D, tg_idx ld
     else                          epilogue<true, true>(acc, D, ldd, C, ldc, m0, n0, tr, tc, M, N, alpha, beta);
 }
 
-// the hand-over between blocks (SK = 1, 2): a flag per block, set to this launch's epoch (the host
-// counts launches per stream, so flags never need resetting); release/acquire at GPU scope, one
-// thread per block
+// the hand-over between blocks (SK = 1, 2): a flag per block (SK = 1: two, one per slot of W), set to
+// this launch's epoch (the host counts launches per stream, so flags never need resetting);
+// release/acquire at GPU scope.  Blocks wait for flags that blocks of the same launch set, so those
+// blocks must be resident at once: the host sizes the grids from the occupancy query
 __device__ __forceinline__ int tg_ld_acquire(const int *p) {
     int v;
     asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -575,8 +576,8 @@ extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
     const long long end = g < S ? total * (g + 1) / S : 0;
     // k-iteration x of the range is in block ((x + 1) S - 1) / total (block b's range starts at total * b / S)
     auto block_of = [&](long long x) { return (int)(((x + 1) * S - 1) / total); };
-    // whether the n = b1 - b0 + 1 blocks of a tile add it up together: n - 1 > SK_SPREAD * G / SMs (%nsmid: 132 on
-    // the H200, its SM count)
+    // whether the n = b1 - b0 + 1 blocks of a tile add it up together: n - 1 > SK_SPREAD * G / SMs.  %nsmid stands
+    // for the SM count: 132 on the H200, as its SMs (PTX allows it larger; then more tiles spread, still correct)
     auto spreads = [&](int b0, int b1) {
         unsigned sms;
         asm volatile("mov.u32 %0, %%nsmid;" : "=r"(sms));

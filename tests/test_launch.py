@@ -217,6 +217,7 @@ def test_stream_k_takes_the_resident_grid_and_its_flags(stubs):
     grid, a = launches[0]
     g = args(launch.GEMM, a)
     assert grid == (264, 1, 1) and prog.work_floats == 2 * 264 * 128 * 128  # a head and a tail slot a block
+    assert prog.steps[0].flags[2] == 2 * 264  # and a flag for each
     assert (g["W"], g["flags"], g["epoch"], g["first"]) == (WORK, 0x800000, 7, 0)
 
 

@@ -334,7 +334,8 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
                 raise RuntimeError(f"split-K config {fn.params} with {splits} splits: fewer blocks than that "
                                    f"fit on device {device} at once")
         blocks = [(per, 0)] if sk == 1 else [(min(per, units - f), f) for f in range(0, units, per)]
-        work = max(n for n, _ in blocks) * bm * bn * (2 if sk == 1 else 1)  # stream-K: a head and a tail slot a block
+        parts = 2 if sk == 1 else 1  # W's slots and flags a block: stream-K's blocks hold a tile's head and a tail
+        work = max(n for n, _ in blocks) * bm * bn * parts
     else:
         blocks = []
         work = g.count * splits * g.M * ldw if splits > 1 else 0
@@ -355,7 +356,7 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
             steps.append(Step(fn.prepare((n, 1, 1), p.pdl), tuple(args),
                               ((ptr["A"], wa, oa), (ptr["B"], wb, ob), (ptr["C"], C, offs[C]),
                                (ptr["D"], D, offs[D]), (ptr["W"], W, 0)),
-                              (GEMM.slot("flags"), GEMM.slot("epoch"), 2 * n if sk == 1 else n)))
+                              (GEMM.slot("flags"), GEMM.slot("epoch"), parts * n)))
         return steps, work
     # one block per tile and split; the batch in chunks of the grid's z limit.  With splits > 1 each
     # split writes its own plane of the workspace (rows padded to a multiple of 4 floats, so the

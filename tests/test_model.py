@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tilegemm import access, autotune, builds, calibration, model, registry, results, selection, suites
+from tilegemm import access, autotune, builds, calibration, model, registry, residuals, results, selection, suites
 from tilegemm.occupancy import Limits
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -245,12 +245,24 @@ def test_the_calibration_data_loads_and_refits_to_the_shipped_constants(fitted):
 
 def test_the_h200_table_refits_from_its_calibration_data():
     """The H200's table keeps a round's larger bound (model.MIX: refitted with the blend it was measured no
-    better there): it refits with ``--no-mix``; it holds a set for TT, fitted to TT calibrations, and none for NT."""
+    better there): it refits with ``--no-mix``; it holds a set for TT, fitted to TT calibrations, and none for NT;
+    NT and TT are corrected by their calibrations' residuals (model.near_for)."""
     table = json.loads((TABLE.parent / "model-NVIDIA-H200.json").read_text())
     folder = ROOT / "benchmarks" / "results" / "experiments"
     tt = [folder / f for f in table["layouts"]["TT"]["fitted_on"]]
+    fixing = [folder / f for c in table["corrections"].values() for f in c["fitted_on"]]
     doc, _ = calibration.model_table([folder / f for f in table["fitted_on"]],
-                                     [folder / f for f in table["small"]["fitted_on"]], tt, mix=False)
+                                     [folder / f for f in table["small"]["fitted_on"]], tt, mix=False,
+                                     correction_files=fixing)
+    assert list(doc["corrections"]) == list(table["corrections"]) == ["NT", "TT"]
+    assert table["corrections"]["TT"]["fitted_on"] == table["layouts"]["TT"]["fitted_on"]
+    assert all("-nt-" in f for f in table["corrections"]["NT"]["fitted_on"])
+    for layout, want in table["corrections"].items():
+        got = doc["corrections"][layout]
+        assert got["fitted_on"] == want["fitted_on"] and got["residuals"].keys() == want["residuals"].keys()
+        for name, rows in want["residuals"].items():
+            assert all(g[:4] == w[:4] and abs(g[4] - w[4]) < 0.01 for g, w in zip(got["residuals"][name], rows)), name
+    assert calibration.dump_table(table) == (TABLE.parent / "model-NVIDIA-H200.json").read_text()
     assert model.MIX not in doc["constants"] and model.MIX not in doc["layouts"]["TT"]["constants"]
     assert doc["gpu"] == table["gpu"] and doc["rows"] == table["rows"] and list(table["layouts"]) == ["TT"]
     assert all("-tt-" in f.name for f in tt) and "residuals" not in doc["layouts"]["TT"]
@@ -640,9 +652,11 @@ def test_a_table_that_timed_the_offered_builds_ranks_them_itself():
 
 
 def test_fit_and_held_out_take_no_mix(monkeypatch):
-    """Both subcommands fit the blend unless --no-mix (the H200's table is reproduced without it)."""
-    asked = []
-    monkeypatch.setattr(calibration, "model_table", lambda files, small, layouts, mix: asked.append(mix) or ({}, "fitted"))
+    """Both subcommands fit the blend unless --no-mix (the H200's table is reproduced without it); ``fit`` passes
+    --corrections on."""
+    asked, fixing = [], []
+    monkeypatch.setattr(calibration, "model_table", lambda files, small, layouts, mix, corrections:
+                        asked.append(mix) or fixing.append(list(corrections)) or ({}, "fitted"))
     monkeypatch.setattr(calibration, "held_out", lambda doc, on: {"shapes": 1, "pick": 1.0, "best": 1.0})
     monkeypatch.setattr(calibration, "dump_table", lambda doc: "{}")
     monkeypatch.setattr(calibration.Path, "write_text", lambda self, text: None)
@@ -650,6 +664,8 @@ def test_fit_and_held_out_take_no_mix(monkeypatch):
         assert calibration.main(["held-out", "a.json", "--on", "b.json", *extra]) == 0
         assert calibration.main(["fit", "a.json", "--out", "t.json", *extra]) == 0
         assert asked[-2:] == [mix, mix]
+    assert calibration.main(["fit", "a.json", "--corrections", "nt.json", "tt.json", "--out", "t.json"]) == 0
+    assert fixing == [[], [], [], [], ["nt.json", "tt.json"]]
 
 
 def test_a_blend_exponent_below_one_is_refused(monkeypatch):
@@ -661,3 +677,28 @@ def test_a_blend_exponent_below_one_is_refused(monkeypatch):
         calibration.model_table(["a.json"])
     monkeypatch.setattr(calibration, "residual_rows", lambda *a: {})
     assert model.MIX not in calibration.model_table(["a.json"], mix=False)[0]["constants"]
+
+
+def test_a_layouts_corrections_are_its_calibrations_residuals_and_pick_better_held_out():
+    """calibration.corrections: each NT timing's log of measured over the time the H200's table ranks it at (the
+    main set: the H200 has no NT set); held out, corrections from three NT calibrations pick better on the fourth
+    (0.991x -> 1.005x cuBLAS when made, every seed better; docs/model.md).  NN and small products' calibrations
+    are refused."""
+    folder = ROOT / "benchmarks" / "results" / "experiments"
+    table = json.loads((TABLE.parent / "model-NVIDIA-H200.json").read_text())
+    bare = {k: v for k, v in table.items() if k != "corrections"}
+    nt = [folder / f"NVIDIA-H200-2026-11-28-calibration-nt-s{s}.json.gz" for s in (1439, 1447, 1471, 1481)]
+    near = calibration.corrections(bare, "NT", nt[:3])
+    rows, _, _, _ = calibration.load_calibration(nt[:1])
+    r = next(r for r in rows if r.get("ms") and r["candidate"] == "128x128 stream-K")
+    per_sm = builds.blocks_per_sm(table["blocks_per_sm"], "NT", "sm_90")
+    want = math.log(1e3 * r["ms"] / calibration.predicted(table["constants"], r, per_sm, 132))
+    assert residuals.row(r["M"], r["N"], r["K"], r["read"], want) in near["128x128 stream-K"]
+    plain = calibration.held_out(bare, nt[3:])
+    fixed = calibration.held_out({**bare, "corrections": {"NT": {"fitted_on": [], "residuals": near}}}, nt[3:])
+    assert fixed["shapes"] == plain["shapes"] >= 20 and fixed["pick"] > plain["pick"] + 0.005
+    with pytest.raises(ValueError, match="is a calibration in NN, which the main set is fitted to"):
+        calibration.model_table([folder / table["fitted_on"][0]], correction_files=[folder / table["fitted_on"][0]])
+    with pytest.raises(ValueError, match="corrections are taken from the bench draw's"):
+        calibration.model_table([folder / table["fitted_on"][0]],
+                                correction_files=[folder / table["small"]["fitted_on"][0]])

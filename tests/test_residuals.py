@@ -62,11 +62,35 @@ def test_ranked_multiplies_a_single_products_prediction_by_the_correction():
     assert fixed[first] == pytest.approx(plain[first] * math.exp(50 / (50 + residuals.PRIOR)), rel=1e-3)
     assert all(fixed[n] == plain[n] for n in plain if n != first)
     assert model.choose(c, per_sm, 3000, 3000, 3000, 1, 132, near=near)[0] != first
-    # a batch is not corrected: the calibrations time single products; nor another layout than theirs
+    # a batch is not corrected: the calibrations time single products
     assert model.ranked(c, per_sm, 3000, 3000, 3000, 2, 132, near=near) == model.ranked(c, per_sm, 3000, 3000, 3000, 2, 132)
-    for layout in ("NT", "TN", "TT"):
-        assert (model.ranked(c, per_sm, 3000, 3000, 3000, 1, 132, layout, near=near)
-                == model.ranked(c, per_sm, 3000, 3000, 3000, 1, 132, layout))
+
+
+def test_each_layout_is_corrected_by_its_own_calibrations_only():
+    """model.near_for: NN by the set's residuals (NN calibrations), another layout by the table's corrections
+    for it (its calibrations under the set that ranks it), none where the table has none, and never the
+    small products' set by a layout's corrections (they were taken above its bound)."""
+    ranks = {}
+    for tile, cfg in builds.TILES.items():
+        ranks.update({f"{tile}.f": 5.0, f"{tile}.a": 1.0, f"{tile}.b": 0.3, f"{tile}.u": 0.1, f"{tile}.l": 0.1,
+                      f"{tile}.v": 10.0})
+    ranks.update(red0=3.0, red1=0.004, hand=5.0, summed=2.0, launch=3.0)
+    per_sm = {builds.build(n): 2 for n, _ in builds.candidates(3000, 3000, 3000)}
+    small = {"below_macs": 1024**3, "constants": ranks, "blocks_per_sm": per_sm, "residuals": {"x": []}}
+    plain = {n: t for n, _, t in model.ranked(ranks, per_sm, 3000, 3000, 3000, 1, 132, "TN")}
+    first = min(plain, key=plain.get)
+    nn = {first: [residuals.row(3000, 3000, 3000, 4, 1.0)] * 50}
+    tn = {first: [residuals.row(3000, 3000, 3000, 4, -1.0)] * 50}
+    table = {"gpu": "a GPU", "constants": ranks, "blocks_per_sm": per_sm, "residuals": nn, "small": small,
+             "corrections": {"TN": {"fitted_on": [], "residuals": tn}}}
+    assert model.near_for(table, table, "NN") is nn and model.near_for(table, table, "TN") is tn
+    assert model.near_for(table, table, "TT") is None and model.near_for(table, small, "TN") is None
+    assert model.near_for(table, small, "NN") is small["residuals"]
+    got = {n: t for n, _, t in model.ranked_for(table, 3000, 3000, 3000, 1, 132, "TN", 4, 4)}
+    assert got[first] == pytest.approx(plain[first] * math.exp(-50 / (50 + residuals.PRIOR)), rel=1e-3)
+    assert all(got[n] == plain[n] for n in plain if n != first)
+    tt = {n: t for n, _, t in model.ranked(ranks, per_sm, 3000, 3000, 3000, 1, 132, "TT")}
+    assert {n: t for n, _, t in model.ranked_for(table, 3000, 3000, 3000, 1, 132, "TT", 4, 4)} == tt
 
 
 def test_corrected_predictions_still_grow_with_k_and_waves():
@@ -84,22 +108,26 @@ def test_corrected_predictions_still_grow_with_k_and_waves():
     for table in ("model-NVIDIA-H100-80GB-HBM3.json", "model-NVIDIA-H200.json"):
         t = json.loads((folder / table).read_text())
         assert t["residuals"]
-        checked = 0
-        for _ in range(80):
+        checked = {}  # by layout
+        # NN by the sets' own residuals; the other layouts the table corrects (model.near_for), by theirs
+        for _, layout in [(i, "NN") for i in range(80)] + [(i, lay) for lay in t.get("corrections", {}) for i in range(40)]:
             M, N, K = (int(2 ** rng.uniform(7, 13.5)) for _ in range(3))
-            s = model.set_for(t, M, N, K, 1)
-            if "residuals" not in s:
+            s = model.set_for(t, M, N, K, 1, layout)
+            near = model.near_for(t, s, layout)
+            if not near:
                 continue
 
             def times(m, n, k):
-                return {name: (cfg, tt) for name, cfg, tt in model.ranked(s["constants"], s["blocks_per_sm"], m, n, k, 1,
-                                                                          t["sms"], near=s["residuals"])}
+                return {name: (cfg, tt) for name, cfg, tt in model.ranked(
+                    s["constants"], builds.blocks_per_sm(s["blocks_per_sm"], layout, "sm_90"), m, n, k, 1, t["sms"],
+                    layout, near=near)}
             base, more_k, more_m = times(M, N, K), times(M, N, 2 * K), times(2 * M, N, K)
             for name, (cfg, tt) in base.items():
                 assert more_k.get(name, (cfg, tt))[1] >= tt, (table, name, (M, N, K))
-                wave = t["sms"] * s["blocks_per_sm"][builds.build(name)]
+                wave = t["sms"] * builds.blocks_per_sm(s["blocks_per_sm"], layout, "sm_90")[builds.build(name)]
                 rounds = [-(-(-(-m // cfg["bm"]) * -(-N // cfg["bn"]) * cfg["splits"]) // wave) for m in (M, 2 * M)]
                 if rounds[1] > rounds[0] and name in more_m and not name.endswith("stream-K"):
                     assert more_m[name][1] >= tt, (table, name, (M, N, K))
-                    checked += 1
-        assert checked > 500
+                    checked[layout] = checked.get(layout, 0) + 1
+        assert checked.pop("NN") > 500 and checked.keys() == t.get("corrections", {}).keys()
+        assert all(n > 300 for n in checked.values()), checked

@@ -189,22 +189,54 @@ def _fit_set(rows: list[dict], per_sm: dict, sms: int, mix: bool, what: str) -> 
     return consts, rms
 
 
-def model_table(files, small_files=(), layout_files=(), mix: bool = True) -> tuple[dict, str]:
+def _by_layout(files, what: str) -> dict:
+    """Calibration files of the bench draw (timed call by call, not from graphs) by their layout, none in NN."""
+    out: dict = {}
+    for f in files:
+        d = _read(f, None)
+        if d.get("timer") == "graph":
+            raise ValueError(f"{f} is a calibration of small products; {what} the bench draw's")
+        layout = d.get("layout", "NN")
+        if layout == "NN":
+            raise ValueError(f"{f} is a calibration in NN, which the main set is fitted to; pass it there")
+        out.setdefault(layout, []).append(f)
+    return out
+
+
+def corrections(doc: dict, layout: str, files) -> dict:
+    """The residuals (residuals.py) of ``layout``'s calibration ``files`` under the set of table ``doc``
+    that ranks each shape in that layout (model.set_for, at the blocks an SM it ranks with, LAYOUT_RATES
+    included), by candidate: what corrects that layout's single products (model.near_for)."""
+    rows, _, sms, gpu = load_calibration(files)
+    if (gpu, sms) != (doc["gpu"], doc["sms"]) or any(r["layout"] != layout for r in rows):
+        raise ValueError(f"the {layout} calibrations mix layouts, or are of {gpu}, the table of {doc['gpu']}")
+    sm = _read(files[0], None).get("sm")
+    arch = f"sm_{sm}" if sm else None
+    out: dict = {}
+    for r in rows:
+        s = model.set_for(doc, r["M"], r["N"], r["K"], r["batch"], layout)
+        per_sm = builds.blocks_per_sm(s["blocks_per_sm"], layout, arch)
+        if not r.get("ms") or r["batch"] != 1 or s is doc.get("small") or builds.build(r["candidate"]) not in per_sm:
+            continue
+        t = predicted(s["constants"], r, per_sm, sms) * model.rate(doc, s, layout, r["candidate"])
+        out.setdefault(r["candidate"], []).append(
+            residuals.row(r["M"], r["N"], r["K"], r["read"], math.log(1e3 * r["ms"] / t)))
+    return out
+
+
+def model_table(files, small_files=(), layout_files=(), mix: bool = True, correction_files=()) -> tuple[dict, str]:
     """The model table fitted to calibration ``files`` (``small_files`` for the small products' set,
     ``layout_files`` for a set per layout they were measured in), and a line saying what was fitted;
     ``mix``: the main and layout sets fit the rounds' blend (model.MIX; without it, as tables before it).
     The main and small sets take NN calibrations only; a layout's set, calibrations of the bench
-    draw (timed call by call, not from graphs)."""
+    draw (timed call by call, not from graphs); ``correction_files``, such calibrations of other layouts,
+    whose residuals under the fitted table correct that layout's predictions (``corrections``)."""
     for f in (*files, *small_files):
         layout = _read(f, None).get("layout", "NN")
         if layout != "NN":
             raise ValueError(f"{f} is a calibration in {layout}; pass it with --layouts")
-    by_layout: dict = {}
-    for f in layout_files:
-        d = _read(f, None)
-        if d.get("timer") == "graph":
-            raise ValueError(f"{f} is a calibration of small products; a layout's set is fitted to the bench draw's")
-        by_layout.setdefault(d.get("layout", "NN"), []).append(f)
+    by_layout = _by_layout(layout_files, "a layout's set is fitted to")
+    by_correction = _by_layout(correction_files, "corrections are taken from")
     rows, per_sm, sms, gpu = load_calibration(files)
     consts, rms = _fit_set(rows, per_sm, sms, mix, "main")
     # the residuals correct the main set and the small products' set, where held out they were
@@ -225,8 +257,6 @@ def model_table(files, small_files=(), layout_files=(), mix: bool = True) -> tup
                         "residuals": residual_rows(s_rows, s_consts, s_per_sm, sms)}
         said += f"; small products: {len(s_consts)} constants to {len(s_rows)} timings, rms log error {s_rms:.3f}"
     for layout, fs in sorted(by_layout.items()):
-        if layout == "NN":
-            raise ValueError(f"{fs[0]} is a calibration in NN, which the main set is fitted to; pass it there")
         l_rows, l_per_sm, l_sms, l_gpu = load_calibration(fs)
         if (l_gpu, l_sms) != (gpu, sms) or any(r["layout"] != layout for r in l_rows):
             raise ValueError(f"the {layout} calibrations mix layouts, or are of {l_gpu}, the others of {gpu}")
@@ -235,6 +265,10 @@ def model_table(files, small_files=(), layout_files=(), mix: bool = True) -> tup
                                                   "rms_log_error": l_rms, "blocks_per_sm": l_per_sm,
                                                   "constants": l_consts}
         said += f"; {layout}: {len(l_consts)} constants to {len(l_rows)} timings, rms log error {l_rms:.3f}"
+    for layout, fs in sorted(by_correction.items()):
+        near = corrections(doc, layout, fs)
+        doc.setdefault("corrections", {})[layout] = {"fitted_on": [Path(x).name for x in fs], "residuals": near}
+        said += f"; {layout} corrected by {sum(map(len, near.values()))} timings"
     return doc, said
 
 
@@ -281,6 +315,9 @@ def dump_table(doc: dict) -> str:
     out = compact(doc, "@residuals@", " ")
     if "small" in out:
         out = {**out, "small": compact(out["small"], "@small residuals@", "  ")}
+    if "corrections" in out:
+        out = {**out, "corrections": {layout: compact(c, f"@{layout} residuals@", "   ")
+                                      for layout, c in out["corrections"].items()}}
     text = json.dumps(out, indent=1)
     for token, block in blocks.items():
         text = text.replace(token, block)
@@ -294,6 +331,8 @@ def main(argv=None) -> int:
     f.add_argument("files", nargs="+")
     f.add_argument("--small", nargs="+", default=[], help="calibrations of small products (calibrate.py --small)")
     f.add_argument("--layouts", nargs="+", default=[], help="calibrations of other layouts (calibrate.py --layout)")
+    f.add_argument("--corrections", nargs="+", default=[],
+                   help="calibrations of other layouts whose residuals correct that layout's predictions")
     f.add_argument("--out", required=True, help="the model table to write (src/tilegemm/tables/model-<gpu>.json)")
     h = sub.add_parser("held-out", help="fit to FILES, then measure the picks on calibrations it was not fitted to")
     h.add_argument("files", nargs="+")
@@ -306,7 +345,8 @@ def main(argv=None) -> int:
         return args
 
     def run(a):
-        doc, said = model_table(a.files, a.small if a.cmd == "fit" else (), a.layouts, not a.no_mix)
+        doc, said = model_table(a.files, a.small if a.cmd == "fit" else (), a.layouts, not a.no_mix,
+                                a.corrections if a.cmd == "fit" else ())
         if a.cmd == "held-out":
             r = held_out(doc, a.on)
             print(f"{said}; on {r['shapes']} held-out shapes its picks run at {r['pick']:.3f}x cuBLAS, "

@@ -40,7 +40,9 @@ call-by-call timing would fit the host's cost).  It may hold a set per operand l
 ``layouts``: fitted to calibrations of that layout), which serves that layout's shapes, and its
 stand-ins' (SET_STAND_INS), in the main set's domain.  ``set_for`` picks the set for a shape.  The main
 and small products' sets keep their calibrations' residuals too, which correct a single NN product's
-predictions where the constants are wrong the same way on nearby shapes (residuals.py).
+predictions where the constants are wrong the same way on nearby shapes (residuals.py); the table's
+``corrections`` keep, per other layout, the residuals of that layout's calibrations under the set that
+ranks it there, which correct that layout's single products the same way (``near_for``).
 """
 
 from __future__ import annotations
@@ -163,9 +165,8 @@ def ranked(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int,
     shape), unless ``width`` (B's; A's ``a_width``) and ``out_width`` give the access widths
     (access.row_widths, out_width); each candidate is charged for B's rows at ``builds.read_width`` and for
     A's (TN, TT) by its share of the tile (``predict``).
-    ``near``: the set's calibration residuals (residuals.py); a single product's predictions in
-    RESIDUALS_LAYOUT are corrected by them (the main set's calibrations time single NN products;
-    another layout copies other operands another way, and no calibration measured the correction there)."""
+    ``near``: calibration residuals of this layout under these constants (residuals.py, ``near_for``), by
+    which a single product's predictions are corrected (the calibrations time single products)."""
     a_width, width = access.row_widths(layout, M, N, K, count) if width is None else (a_width, width)
     out_width = access.out_width(N) if out_width is None else out_width
     cands = [(name, cfg) for name, cfg in builds.candidates(M, N, K, count, sms, per_sm)
@@ -173,7 +174,7 @@ def ranked(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int,
              and (cfg.get("ks", 1) == 1 or builds.split_k(K, cfg["splits"])[1] <= KS_MAX_K)]
     widths = {name: builds.read_width(name, width) for name, _ in cands}
     corr = {}
-    if count == 1 and layout == RESIDUALS_LAYOUT:
+    if count == 1 and near:
         for w in set(widths.values()):
             corr.update(residuals.corrections(near, M, N, K, w, [n for n, _ in cands if widths[n] == w]))
     out = [(name, cfg, predict(c, name, cfg, M, N, K, count, per_sm[builds.build(name)], sms, widths[name], out_width,
@@ -181,11 +182,28 @@ def ranked(c: dict, per_sm: dict, M: int, N: int, K: int, count: int, sms: int,
     return sorted(out, key=lambda x: x[2])
 
 
+def near_for(table: dict, s: dict, layout: str) -> dict | None:
+    """The residuals that correct set ``s`` of ``table`` in ``layout`` (the layout a product runs in): the set's
+    own in RESIDUALS_LAYOUT, whose calibrations it keeps; in another, the table's ``corrections`` for it (that
+    layout's calibrations under the set that ranks it above the small products' bound, as they were timed:
+    held out seed by seed on the H200's four NT calibrations, the picks 0.9945x -> 1.0086x cuBLAS, docs/model.md);
+    else none: another layout copies other operands another way, and no calibration measured it."""
+    if layout == RESIDUALS_LAYOUT:
+        return s.get("residuals")
+    return None if s is table.get("small") else table.get("corrections", {}).get(layout, {}).get("residuals")
+
+
+def rate(table: dict, s: dict, layout: str, name: str) -> float:
+    """The factor LAYOUT_RATES puts on candidate ``name``'s time in ``layout``, ranked by set ``s`` of ``table``."""
+    on = LAYOUT_RATES_ON and s is table
+    return LAYOUT_RATES.get((table.get("gpu"), layout), {}).get(name.split()[0], 1.0) if on else 1.0
+
+
 def ranked_for(table: dict, M: int, N: int, K: int, count: int, sms: int, layout: str = "NN",
                width: int | None = None, out_width: int | None = None,
                arch: str | None = None, a_width: int = 4) -> list[tuple[str, dict, float]]:
     """``ranked`` with the set of a model table that serves this shape (``set_for``): its constants,
-    blocks per SM (on ``arch``: ``builds.blocks_per_sm``) and residuals; a product the family runs in
+    blocks per SM (on ``arch``: ``builds.blocks_per_sm``) and the residuals ``near_for`` gives; a product the family runs in
     another layout (access.kernel_layout: NT as NN on a transposed copy of B, whose rows are aligned)
     is ranked as that one; a layout with no set of its own, ranked by the main set, takes LAYOUT_RATES
     (where LAYOUT_RATES_ON); single NN products ranked by the main set are offered its GPU's OFFERED_BUILDS too."""
@@ -197,10 +215,10 @@ def ranked_for(table: dict, M: int, N: int, K: int, count: int, sms: int, layout
     per_sm = builds.blocks_per_sm(s["blocks_per_sm"], layout, arch)
     if s is table and asked == RESIDUALS_LAYOUT and count == 1:  # as measured: single NN products
         per_sm = {**OFFERED_BUILDS.get(table.get("gpu"), {}), **per_sm}
-    out = ranked(s["constants"], per_sm, M, N, K, count, sms, layout, width, out_width, s.get("residuals"), a_width)
-    rates = LAYOUT_RATES.get((table.get("gpu"), layout), {}) if LAYOUT_RATES_ON and s is table else {}
-    if rates:
-        out = sorted(((n, cfg, t * rates.get(n.split()[0], 1.0)) for n, cfg, t in out), key=lambda x: x[2])
+    out = ranked(s["constants"], per_sm, M, N, K, count, sms, layout, width, out_width, near_for(table, s, layout),
+                 a_width)
+    if any(rate(table, s, layout, n) != 1.0 for n, _, _ in out):
+        out = sorted(((n, cfg, t * rate(table, s, layout, n)) for n, cfg, t in out), key=lambda x: x[2])
     return out
 
 

@@ -27,8 +27,8 @@ whose timings include the copy: docs/model.md.)
 - stream-K (sk = 1): whole waves of whole tiles, then the rest's k-iterations shared by all
   r * SMs blocks, plus a hand-over ``hand`` per block that shares a tile (a tile's owner adds the
   partial sums of the others one after another; where more than 1 + builds.SK_SPREAD * r share a
-  tile, the kernel has them all add it up together, which this term does not model: a term capped
-  there moved picks that then ran slower, docs/perf-notes.md);
+  tile, the kernel has them all add it up together, which this term does not model: capped there, or
+  priced at hand * S for any S, it picked no better on fresh shapes, docs/perf-notes.md);
 - split-K summed in the kernel (sk = 2): launch by launch, as dispatch runs it (a launch holds whole
   tiles, no more blocks than r * SMs), each launch's blocks as data-parallel, plus ``summed * splits``;
 - every launch costs ``launch``.

@@ -571,25 +571,29 @@ def _correct_and_repeatable(cp, cfg, shape, alpha, beta):
 
 @pytest.mark.parametrize("cfg", [{**selection.BIG, "sk": 1}, {**selection.HUGE, "sk": 1}, {**autotune.SK_SMALL, "sk": 1}])
 @pytest.mark.parametrize("shape", [(3000, 1000, 500, 1), (33, 65, 40000, 1), (513, 255, 1031, 3), (1, 1, 1, 1),
-                                   (2049, 8447, 136, 1), (128, 4096, 4100, 1)])
+                                   (2049, 8447, 136, 1), (128, 4096, 4100, 1), (383, 11387, 1000, 1)])
 def test_stream_k_is_correct_and_repeatable(cp, cfg, shape):
     """Stream-K at shapes where tiles are split among blocks (many partials per tile at long K,
     batches, edges, many whole waves before the shared one): float64 agreement, alpha/beta, and bit-identical repeats (a
-    tile's blocks add its parts in block order)."""
+    tile's blocks add its parts in block order).  Where a tile's blocks add it up together (gemm.cu SK_SPREAD):
+    128x4096x4100 in 128 x 128 tiles (32 tiles for 264 blocks), and 383x11387x1000, whose 267 such tiles are a whole
+    wave of 264 and 3 tiles shared by 88 blocks each (at 2 blocks an SM on 132 SMs)."""
     _correct_and_repeatable(cp, cfg, shape, alpha=-0.5, beta=2.0)
 
 
-def test_stream_k_on_two_streams_at_once(cp):
-    """Each stream has its own hand-over flags: launches on two streams may overlap."""
+@pytest.mark.parametrize("M, K, N", [(1500, 700, 900), (128, 4100, 4096)])
+def test_stream_k_on_two_streams_at_once(cp, M, K, N):
+    """Each stream has its own hand-over flags: launches on two streams may overlap (at 128x4096x4100 a tile's
+    blocks add it up together)."""
     cfg = {**selection.BIG, "sk": 1}
     rng = cp.random.default_rng()
     jobs = []
     for _ in range(2):
         s = cp.cuda.Stream(non_blocking=True)
         with s:
-            a = rng.standard_normal((1500, 700), dtype=np.float32)
-            b = rng.standard_normal((700, 900), dtype=np.float32)
-            out = cp.full((1500, 900), np.nan, dtype=np.float32)
+            a = rng.standard_normal((M, K), dtype=np.float32)
+            b = rng.standard_normal((K, N), dtype=np.float32)
+            out = cp.full((M, N), np.nan, dtype=np.float32)
         jobs.append((s, a, b, out))
     cp.cuda.Device().synchronize()
     for _ in range(5):

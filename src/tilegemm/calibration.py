@@ -4,13 +4,15 @@ the model table the selection reads (``tilegemm/tables/model-<gpu>.json``), whic
 and small products' sets' residuals too (``residual_rows``: what corrects their predictions, residuals.py).
 
     python -m tilegemm.calibration fit CALIBRATION.json.gz ... [--small CALIBRATION-SMALL.json.gz ...] \
-        [--layouts CALIBRATION-NT.json.gz ...] --out src/tilegemm/tables/model-<gpu>.json
+        [--layouts CALIBRATION-TT.json.gz ...] [--corrections CALIBRATION-NT.json.gz ...] \
+        --out src/tilegemm/tables/model-<gpu>.json
 
 The main set of constants is fitted to the bench draw's calibrations, the small products' set
 (``--small``) to calibrations of ``calibrate.py --small``, timed from CUDA graphs; it applies below
 its draw's bound of multiply-adds.  ``--layouts FILE...``: calibrations of other operand layouts
 (``calibrate.py --layout``), a set fitted per layout, which serves that layout's shapes above the
-small products' bound.
+small products' bound.  ``--corrections FILE...``: calibrations of other layouts whose residuals under
+the fitted table correct that layout's predictions (``corrections``, model.near_for).
 """
 
 from __future__ import annotations
@@ -274,7 +276,7 @@ def model_table(files, small_files=(), layout_files=(), mix: bool = True, correc
 
 def held_out(table: dict, paths) -> dict:
     """What a model table picks on calibration files it was not fitted to (each shape by the set
-    ``model.set_for`` gives it, corrected by that set's residuals): per shape the
+    ``model.set_for`` gives it, corrected by the residuals ``model.near_for`` gives): per shape the
     measured time of the candidate it ranks first among those measured, of the best measured, and
     cuBLAS's; the geometric means of cuBLAS's time over each (candidates timed one at a time), and
     per shape (``per_shape``) the pick and cuBLAS's time over the pick's and over the best's."""

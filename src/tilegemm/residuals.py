@@ -15,8 +15,9 @@ calibration shapes lie near (``corrections``; docs/model.md):
 where a split-K candidate ("<tile> split<s>", "<tile> split<s> summed") borrows the residuals of the
 same tile split another number of ways, a doubling of the splits counting as one of a dimension: the
 split counts that fill the SMs' block slots (builds.candidates) are seldom the ones calibrated.  Other
-candidates take their own residuals only.  The model's time for the candidate is multiplied by exp(corr) (for single NN products: the
-calibrations' layout, model.RESIDUALS_LAYOUT).  Held out (each calibration
+candidates take their own residuals only.  The model's time for the candidate is multiplied by exp(corr), for single
+products of the calibrations' layout (model.near_for: the NN calibrations correct NN, a table's ``corrections`` for
+another layout that layout).  Held out (each calibration
 seed picked on by a table fitted to the others) it brought the picks from 1.037x to 1.047x cuBLAS
 on the H100's five seeds, against 1.061x for the best candidate (docs/model.md).
 """

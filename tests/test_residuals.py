@@ -110,7 +110,7 @@ def test_corrected_predictions_still_grow_with_k_and_waves():
         assert t["residuals"]
         checked = {}  # by layout
         # NN by the sets' own residuals; the other layouts the table corrects (model.near_for), by theirs
-        for _, layout in [(i, "NN") for i in range(80)] + [(i, lay) for lay in t.get("corrections", {}) for i in range(40)]:
+        for layout in ["NN"] * 80 + [lay for lay in t.get("corrections", {}) for _ in range(40)]:
             M, N, K = (int(2 ** rng.uniform(7, 13.5)) for _ in range(3))
             s = model.set_for(t, M, N, K, 1, layout)
             near = model.near_for(t, s, layout)

@@ -98,10 +98,13 @@ def residual_rows(rows: list[dict], c: dict, per_sm: dict, sms: int) -> dict:
     out: dict = {}
     for r in rows:
         if r.get("ms") and r["batch"] == 1 and builds.build(r["candidate"]) in per_sm:
-            t = predicted(c, r, per_sm, sms)
-            out.setdefault(r["candidate"], []).append(
-                residuals.row(r["M"], r["N"], r["K"], r["read"], math.log(1e3 * r["ms"] / t)))
+            _add_residual(out, r, predicted(c, r, per_sm, sms))
     return out
+
+
+def _add_residual(out: dict, r: dict, t: float) -> None:
+    """Calibration row ``r``'s residual against ``t`` predicted microseconds, added to ``out`` by candidate."""
+    out.setdefault(r["candidate"], []).append(residuals.row(r["M"], r["N"], r["K"], r["read"], math.log(1e3 * r["ms"] / t)))
 
 
 # The flag a calibration file carries when its builds (builds.BY_ROWS_BUILDS) read that class of rows
@@ -220,9 +223,8 @@ def corrections(doc: dict, layout: str, files) -> dict:
         per_sm = builds.blocks_per_sm(s["blocks_per_sm"], layout, arch)
         if not r.get("ms") or r["batch"] != 1 or s is doc.get("small") or builds.build(r["candidate"]) not in per_sm:
             continue
-        t = predicted(s["constants"], r, per_sm, sms) * model.rate(doc, s, layout, r["candidate"])
-        out.setdefault(r["candidate"], []).append(
-            residuals.row(r["M"], r["N"], r["K"], r["read"], math.log(1e3 * r["ms"] / t)))
+        rate = model.rates(doc, s, layout).get(r["candidate"].split()[0], 1.0)
+        _add_residual(out, r, predicted(s["constants"], r, per_sm, sms) * rate)
     return out
 
 

@@ -193,10 +193,10 @@ def near_for(table: dict, s: dict, layout: str) -> dict | None:
     return None if s is table.get("small") else table.get("corrections", {}).get(layout, {}).get("residuals")
 
 
-def rate(table: dict, s: dict, layout: str, name: str) -> float:
-    """The factor LAYOUT_RATES puts on candidate ``name``'s time in ``layout``, ranked by set ``s`` of ``table``."""
-    on = LAYOUT_RATES_ON and s is table
-    return LAYOUT_RATES.get((table.get("gpu"), layout), {}).get(name.split()[0], 1.0) if on else 1.0
+def rates(table: dict, s: dict, layout: str) -> dict:
+    """The factors LAYOUT_RATES puts on each tile's time in ``layout``, ranked by set ``s`` of ``table`` (a tile not
+    listed: 1.0)."""
+    return LAYOUT_RATES.get((table.get("gpu"), layout), {}) if LAYOUT_RATES_ON and s is table else {}
 
 
 def ranked_for(table: dict, M: int, N: int, K: int, count: int, sms: int, layout: str = "NN",
@@ -217,8 +217,9 @@ def ranked_for(table: dict, M: int, N: int, K: int, count: int, sms: int, layout
         per_sm = {**OFFERED_BUILDS.get(table.get("gpu"), {}), **per_sm}
     out = ranked(s["constants"], per_sm, M, N, K, count, sms, layout, width, out_width, near_for(table, s, layout),
                  a_width)
-    if any(rate(table, s, layout, n) != 1.0 for n, _, _ in out):
-        out = sorted(((n, cfg, t * rate(table, s, layout, n)) for n, cfg, t in out), key=lambda x: x[2])
+    factors = rates(table, s, layout)
+    if factors:
+        out = sorted(((n, cfg, t * factors.get(n.split()[0], 1.0)) for n, cfg, t in out), key=lambda x: x[2])
     return out
 
 

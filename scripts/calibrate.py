@@ -91,8 +91,8 @@ def _first(n: int, seed: int, layout: str, draw: dict, keep, what: str) -> list[
 
 def run_in(n: int, seed: int, layout: str, draw: dict) -> list[tuple]:
     """The first ``n`` shapes of seed ``seed``'s draw that the family runs in ``layout`` (access.kernel_layout):
-    the NT products it runs as NN, on a copy of B transposed, are the NN calibrations' to time (the draw
-    itself in every other layout)."""
+    the NT and TT products it runs as NN and TN, on a copy of B transposed, are those layouts' calibrations'
+    to time (the draw itself in NN and TN)."""
     return _first(n, seed, layout, draw, lambda s: access.kernel_layout(layout, *s[:3], s[4]) == layout,
                   f"that run in {layout}")
 

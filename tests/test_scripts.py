@@ -82,5 +82,8 @@ def test_calibrate_draws_in_a_layout_only_the_shapes_the_family_runs_in_it(calib
     full = suites.random_shapes(560, 1439, ("NT",), **draw)
     assert shapes == [s for s in full if access.kernel_layout("NT", *s[:3], s[4]) == "NT"][:28]  # in order
     assert any(access.kernel_layout("NT", *s[:3], s[4]) == "NN" for s in full[:28])  # some are left to NN's
-    for layout in ("NN", "TN", "TT"):  # run as drawn: the draw itself
+    for layout in ("NN", "TN"):  # run as drawn: the draw itself
         assert calibrate.run_in(20, 1423, layout, draw) == suites.random_shapes(20, 1423, (layout,), **draw)
+    tt = calibrate.run_in(20, 1423, "TT", draw)  # TT run as TN on B transposed left out, as NT's
+    assert all(access.kernel_layout("TT", *s[:3], s[4]) == "TT" for s in tt)
+    assert tt != suites.random_shapes(20, 1423, ("TT",), **draw)

@@ -432,9 +432,13 @@ def test_family_transposes_rule():
     assert not t("NT", False, 4096, 300, 1000, 1)  # the register pipeline reads B along k itself
     assert not t("NT", True, 4096, 300, 1000, 2)  # batches: no copies
     assert not t("NT", True, 4096, 300, 0, 1)
-    assert not any(t(lay, True, 4096, 300, 1000, 1) for lay in ("NN", "TN", "TT"))
+    assert not any(t(lay, True, 4096, 300, 1000, 1) for lay in ("NN", "TN"))  # B read along its rows
     assert not t("NT", True, 4096, 2**15, 2**14, 1)  # a copy over COPY_LIMIT floats
-    assert access.kernel_layout("TT", 4096, 300, 1000) == "TT"
+    # TT by the same rule, as TN
+    assert t("TT", True, 2048, 300, 2000, 1) and access.kernel_layout("TT", 2048, 300, 2000) == "TN"
+    assert not t("TT", True, 2047, 300, 2000, 1) and access.kernel_layout("TT", 2047, 300, 2000) == "TT"
+    assert not t("TT", True, 2048, 300, 1000, 1) and access.kernel_layout("TT", 2048, 300, 1000) == "TT"
+    assert not t("TT", True, 4096, 300, 1000, 2)
     # the layout a config's kernel is built for: the cp.async FFMA configs only
     F = registry.FAMILY
     lay = lambda cfg, M: access.family_layout(F.params(cfg), "NT", M, 300, 2000)
@@ -442,6 +446,8 @@ def test_family_transposes_rule():
     assert lay({"mma": 3}, 4096) == "NT" and lay({"mma": 1}, 4096) == "NT"  # tensor cores read B as it is
     assert lay({"stages": 0}, 4096) == "NT"  # the register pipeline
     assert access.family_layout(F.params({}), "TN", 4096, 300, 1000) == "TN"
+    assert access.family_layout(F.params({}), "TT", 4096, 300, 1000) == "TN"
+    assert access.family_layout(F.params({"mma": 3}), "TT", 4096, 300, 1000) == "TT"
 
 
 @pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])

@@ -91,38 +91,43 @@ def family_copies(layout: str, copies: bool, widths: tuple, M: int, N: int, K: i
     return tuple(bool(copies and count == 1 and along[i] and widths[i] != 4 and K > 0 and pays(i)) for i in (0, 1))
 
 
-# In NT (B a transposed view: N x K as stored, as torch keeps a linear layer's weight) the family copies
-# B's tiles across its rows, 4 bytes at a time, as it does A's.  Measured (docs/perf-notes.md), the
-# family ran the same products 2-7% faster (4.0% on average) with B held as a contiguous K x N array
-# (NN); a transposed copy of B moves 8 bytes per element of B, about 67/P of the product's time at
-# 3 TB/s (P: multiply-adds per element copied, M for B), so it is made from COPY_MACS_PER_ELEMENT, as
-# the aligned copies are, and only from TRANSPOSE_MIN_MACS multiply-adds: on 30 NT products below
-# that (M from 2048, 10^7 to 2^30 multiply-adds), reading B as it is ran 0.88x the device time of
-# the transpose and the NN kernel, and 0.80x the time per call (the extra launch, on the host too).
+# In NT and TT (B a transposed view: N x K as stored, as torch keeps a linear layer's weight) the family
+# copies B's tiles across its rows, 4 bytes at a time.  Measured (docs/perf-notes.md), the family ran NT
+# products 2-7% faster (4.0% on average) with B held as a contiguous K x N array (NN); a transposed copy
+# of B moves 8 bytes per element of B, about 67/P of the product's time at 3 TB/s (P: multiply-adds per
+# element copied, M for B), so it is made from COPY_MACS_PER_ELEMENT, as the aligned copies are, and only
+# from TRANSPOSE_MIN_MACS multiply-adds: on 30 NT products below that (M from 2048, 10^7 to 2^30
+# multiply-adds), reading B as it is ran 0.88x the device time of the transpose and the NN kernel, and
+# 0.80x the time per call (the extra launch, on the host too).  TT runs as TN by the same rule: on 60 TT
+# products of a fresh draw that it transposes, the same configs ran 1.5% faster as TN, transpose included
+# (3 of them over 2% slower), and the picks 1.041x -> 1.054x cuBLAS on the H200.
 TRANSPOSE_MIN_MACS = 1 << 30
+TRANSPOSED_RUNS = {"NT": "NN", "TT": "TN"}  # the layout a product whose B is transposed first runs in
 
 
 def family_transposes(layout: str, copies: bool, M: int, N: int, K: int, count: int) -> bool:
-    """Whether the family runs an NT product as NN on a transposed copy of B in the workspace (K rows
-    of N floats rounded up to 4): cp.async configs (``copies``), one product per run of at least
-    TRANSPOSE_MIN_MACS multiply-adds, from COPY_MACS_PER_ELEMENT multiply-adds per element of B (M),
-    the copy holding at most COPY_LIMIT floats."""
-    return bool(copies and layout == "NT" and count == 1 and K > 0 and M >= COPY_MACS_PER_ELEMENT
+    """Whether the family runs an NT or TT product as NN or TN (TRANSPOSED_RUNS) on a transposed copy
+    of B in the workspace (K rows of N floats rounded up to 4): cp.async configs (``copies``), one
+    product per run of at least TRANSPOSE_MIN_MACS multiply-adds, from COPY_MACS_PER_ELEMENT
+    multiply-adds per element of B (M), the copy holding at most COPY_LIMIT floats."""
+    return bool(copies and layout in TRANSPOSED_RUNS and count == 1 and K > 0 and M >= COPY_MACS_PER_ELEMENT
                 and M * N * K >= TRANSPOSE_MIN_MACS and copy_floats((K, N)) <= COPY_LIMIT)
 
 
 def kernel_layout(layout: str, M: int, N: int, K: int, count: int = 1) -> str:
-    """The layout the family's cp.async FFMA configs (those the cost model ranks) run a product of contiguous operands of ``layout`` in:
-    NN for an NT product whose B they transpose first (``family_transposes``), else ``layout``."""
-    return "NN" if family_transposes(layout, True, M, N, K, count) else layout
+    """The layout the family's cp.async FFMA configs (those the cost model ranks) run a product of contiguous
+    operands of ``layout`` in: NN or TN for an NT or TT product whose B they transpose first
+    (``family_transposes``), else ``layout``."""
+    return TRANSPOSED_RUNS[layout] if family_transposes(layout, True, M, N, K, count) else layout
 
 
 def family_layout(p: dict, layout: str, M: int, N: int, K: int, count: int = 1) -> str:
     """The layout in which gemm.cu runs, with the config of parameters ``p`` (registry.FAMILY.params),
-    a product of contiguous operands of ``layout``: NN for an NT product whose B it transposes first
-    (``family_transposes``: the cp.async FFMA configs, where that was measured to pay), else
-    ``layout``.  The build a check of the config (spills, registers, SASS) must compile."""
-    return "NN" if family_transposes(layout, p["stages"] >= 2 and not p["mma"], M, N, K, count) else layout
+    a product of contiguous operands of ``layout``: NN or TN for an NT or TT product whose B it
+    transposes first (``family_transposes``: the cp.async FFMA configs, where that was measured to
+    pay), else ``layout``.  The build a check of the config (spills, registers, SASS) must compile."""
+    return (TRANSPOSED_RUNS[layout] if family_transposes(layout, p["stages"] >= 2 and not p["mma"], M, N, K, count)
+            else layout)
 
 
 def row_widths(layout: str, M: int, N: int, K: int, count: int = 1, pairs: bool = True,

@@ -287,7 +287,7 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
     params = registry.FAMILY.params(cfg)
     cp_async = params["stages"] >= 2
     ops = [(at[A], g.lda, sa), (at[B], g.ldb, sb)]
-    # NT run as NN on B transposed into aligned K x N rows, where that pays (access.family_layout;
+    # NT and TT run as NN and TN on B transposed into aligned K x N rows, where that pays (access.family_layout;
     # measured on the FFMA configs only, so the tensor-core ones read B as it is)
     layout = family_layout(params, g.layout, g.M, g.N, g.K, g.count)
     transposed = layout != g.layout

@@ -208,14 +208,15 @@ def borrowed_spills(cfg: dict, tuned_for: str, tuned_shape: tuple | None, layout
                     count: int, arch: str) -> bool:
     """Whether ``cfg``, an entry measured on a product of ``tuned_for`` (of ``tuned_shape``, where
     known), spills where it runs this product of ``layout``: checked in the layout the kernel runs it
-    in (access.family_layout: an NT product whose B is transposed first runs as NN), unless its build
-    there is the one that was measured.  An NT entry of unknown shape may have run either way: checked."""
+    in (access.family_layout: an NT or TT product whose B is transposed first runs as NN or TN), unless its
+    build there is the one that was measured.  An NT or TT entry of unknown shape may have run either way:
+    checked."""
     p = registry.FAMILY.params(cfg)
     run_as = access.family_layout(p, layout, M, N, K, count)
     if tuned_shape is not None:
         built = access.family_layout(p, tuned_for, *tuned_shape)
     else:
-        built = None if tuned_for == "NT" else tuned_for
+        built = None if tuned_for in access.TRANSPOSED_RUNS else tuned_for
     return run_as != built and spills(cfg, run_as, arch)
 
 

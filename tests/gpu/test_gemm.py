@@ -140,17 +140,19 @@ def test_misaligned_operands_copied_where_it_pays(cp, cfg, layout, sizes):
                                  {**selection.BIG, "splits": 1, "sk": 1}, {**selection.BIG, "splits": 3, "sk": 2},
                                  {**builds.TILES["64x64f"], "splits": 1}])
 @pytest.mark.parametrize("n, pad, off", [(301, 0, 0), (300, 3, 1), (2, 0, 2)])  # (one column of B is NN as well)
-def test_nt_runs_on_b_transposed_where_it_pays(cp, cfg, n, pad, off, monkeypatch, request):
-    """NT products from 2048 rows of A: B (a transposed view, padded rows, a view some floats in) is
-    transposed into aligned rows and the kernel runs NN (access.family_transposes, made to pay from
-    any product's size, access.TRANSPOSE_MIN_MACS = 1, so that narrow B takes it); alpha, beta,
-    repeats, and a result stored column-major (the problem turned around: NT stays NT)."""
+@pytest.mark.parametrize("layout", ["NT", "TT"])
+def test_nt_and_tt_run_on_b_transposed_where_it_pays(cp, cfg, n, pad, off, layout, monkeypatch, request):
+    """NT and TT products from 2048 rows of A: B (a transposed view, padded rows, a view some floats in)
+    is transposed into aligned rows and the kernel runs NN or TN (access.family_transposes, made to pay
+    from any product's size, access.TRANSPOSE_MIN_MACS = 1, so that narrow B takes it; A of TT has rows
+    of odd length, read 4 bytes at a time); alpha, beta, repeats, and a result stored column-major (the
+    problem turned around: NT stays NT, TT becomes NN)."""
     monkeypatch.setattr(access, "TRANSPOSE_MIN_MACS", 1)
     request.addfinalizer(tilegemm.clear_caches)  # no program built under this rule outlives the test
     M, K = 2048 + 37, 517
-    assert access.family_transposes("NT", True, M, n, K, 1)
+    assert access.family_transposes(layout, True, M, n, K, 1)
     rng = np.random.default_rng()
-    a = _matrix(cp, rng, M, K, False, 0, 0)
+    a = _matrix(cp, rng, M, K, layout == "TT", 0, 0)
     b = _matrix(cp, rng, K, n, True, pad, off)
     ref = _calls_with_one_step(cp, rng, a, b, cfg, launch.PACK_T)
     outf = cp.asfortranarray(cp.full((M, n), np.nan, dtype=np.float32))

@@ -246,7 +246,7 @@ def test_the_calibration_data_loads_and_refits_to_the_shipped_constants(fitted):
 def test_the_h200_table_refits_from_its_calibration_data():
     """The H200's table keeps a round's larger bound (model.MIX: refitted with the blend it was measured no
     better there): it refits with ``--no-mix``; it holds a set for TT, fitted to TT calibrations, and none for NT;
-    NT and TT are corrected by their calibrations' residuals (model.near_for)."""
+    NT, TN and TT are corrected by their calibrations' residuals (model.near_for)."""
     table = json.loads((TABLE.parent / "model-NVIDIA-H200.json").read_text())
     folder = ROOT / "benchmarks" / "results" / "experiments"
     tt = [folder / f for f in table["layouts"]["TT"]["fitted_on"]]
@@ -254,9 +254,10 @@ def test_the_h200_table_refits_from_its_calibration_data():
     doc, _ = calibration.model_table([folder / f for f in table["fitted_on"]],
                                      [folder / f for f in table["small"]["fitted_on"]], tt, mix=False,
                                      correction_files=fixing)
-    assert list(doc["corrections"]) == list(table["corrections"]) == ["NT", "TT"]
+    assert list(doc["corrections"]) == list(table["corrections"]) == ["NT", "TN", "TT"]
     assert table["corrections"]["TT"]["fitted_on"] == table["layouts"]["TT"]["fitted_on"]
     assert all("-nt-" in f for f in table["corrections"]["NT"]["fitted_on"])
+    assert all("-tn-" in f for f in table["corrections"]["TN"]["fitted_on"])
     for layout, want in table["corrections"].items():
         got = doc["corrections"][layout]
         assert got["fitted_on"] == want["fitted_on"] and got["residuals"].keys() == want["residuals"].keys()
@@ -702,6 +703,25 @@ def test_a_layouts_corrections_are_measured_against_what_the_selection_predicts(
         assert want in near[candidate], (r["M"], r["N"], r["K"])
         checked += 1
     assert checked >= 10 and len(near[candidate]) == checked
+
+
+def test_tt_run_as_tn_is_ranked_as_tn_with_a_read_as_in_tn():
+    """A TT product from 2048 rows of A and 2^30 multiply-adds runs as TN on B transposed into aligned rows
+    (access.kernel_layout): ranked as TN (the main set, TN's corrections), B 16 bytes at a time, A at the width TN
+    reads it (rows of M floats: of odd length here, 4 bytes at a time); below the bound, as TT (its own set)."""
+    table = json.loads((TABLE.parent / "model-NVIDIA-H200.json").read_text())
+    shape = (4097, 301, 2001, 1)  # A's rows of odd length; B's of odd length, aligned once transposed
+    assert access.kernel_layout("TT", *shape) == "TN" and access.row_widths("TN", *shape)[0] == 1
+    as_tn = model.ranked_for(table, *shape, 132, "TN", 4, access.out_width(301), "sm_90", 1)
+    assert model.ranked_for(table, *shape, 132, "TT", arch="sm_90") == as_tn
+    assert as_tn != model.ranked_for(table, *shape, 132, "TN", 4, access.out_width(301), "sm_90", 4)  # A charged
+    assert model.set_for(table, *shape, "TN") is table and "TN" in table["corrections"]
+    small = (2047, 301, 2001, 1)
+    assert access.kernel_layout("TT", *small) == "TT"
+    a, b = access.row_widths("TT", *small)
+    assert model.ranked_for(table, *small, 132, "TT", arch="sm_90") == model.ranked_for(
+        table, *small, 132, "TT", b, access.out_width(301), "sm_90", a)
+    assert model.set_for(table, *small, "TT") is table["layouts"]["TT"]
 
 
 def test_a_layouts_corrections_pick_better_held_out():

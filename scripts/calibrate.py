@@ -99,16 +99,16 @@ def run_in(n: int, seed: int, layout: str, draw: dict) -> list[tuple]:
 
 def narrow(n: int, seed: int, layout: str, draw: dict, operand: str = "B") -> list[tuple]:
     """The first ``n`` shapes of seed ``seed``'s draw whose ``operand`` ("A" or "B") the family reads
-    along its rows less than 16 bytes at a time (access.row_widths); ValueError in a layout where that
-    operand is not read along its rows (A as stored, B a transposed view), or where the draw holds too
-    few such shapes."""
+    along its rows less than 16 bytes at a time (access.row_widths), among those it runs in ``layout``
+    (``run_in``); ValueError in a layout where that operand is not read along its rows (A as stored, B a
+    transposed view), or where the draw holds too few such shapes."""
     i, along = (0, "T") if operand == "A" else (1, "N")
     if layout[i] != along:
         which = "TN or TT" if operand == "A" else "NN or TN"
         raise ValueError(f"--narrow-{operand.lower()} takes a layout whose {operand} is read along its rows "
                          f"({which}), not {layout}")
-    return _first(n, seed, layout, draw, lambda s: access.row_widths(layout, s[0], s[1], s[2])[i] != 4,
-                  f"whose {operand} is read narrow")
+    return _first(n, seed, layout, draw, lambda s: access.kernel_layout(layout, *s[:3], s[4]) == layout
+                  and access.row_widths(layout, s[0], s[1], s[2])[i] != 4, f"whose {operand} is read narrow")
 
 
 def run(args) -> int:

@@ -235,6 +235,10 @@ def test_a_borrowed_config_is_checked_in_the_layout_its_kernel_runs(monkeypatch,
     assert sel.source("NT", 1500, 4096, 4096, 1)[1] == "heuristic" and checked and set(checked) == {"NT"}
     # an NT entry of unknown shape is checked wherever it runs
     assert tuning.borrowed_spills(cfg, "NT", None, "NT", 1500, 4096, 4096, 1, "sm_90") and checked[-1] == "NT"
+    # so is a TT entry of unknown shape: as TN for a TT product from 2048 rows, else as TT
+    checked.clear()
+    assert not tuning.borrowed_spills(cfg, "TT", None, "TT", 2500, 4096, 4096, 1, "sm_90") and checked == ["TN"]
+    assert not tuning.borrowed_spills(cfg, "TT", None, "TT", 1500, 4096, 4096, 1, "sm_90") and checked == ["TN", "TT"]
     # the tensor-core configs read B as it is: checked as NT
     assert tuning.borrowed_spills({**cfg, "mma": 3}, "NN", None, "NT", 4096, 4096, 4096, 1, "sm_90")
     assert checked[-1] == "NT"

@@ -165,8 +165,9 @@ BY_ROWS_MINB = {access.ODD_ROWS: {"64x64f stream-K": 5},
 ARCH_MINB = {"sm_90": {"128x64": {2: 4, 1: 4}, "128x64 summed": {4: 4, 2: 4, 1: 4}, "64x64 summed": {2: 6, 1: 6}}}
 # Builds asked a minb in a layout other than NN, at every width, on an arch: where the tile's own minb leaves ptxas free
 # to take a block an SM fewer there than in NN.  64 x 64f stream-K in TT: 175 registers (5 blocks of 64 threads) with
-# stream-K's two ways of adding up a tile (gemm.cu SK_SPREAD), 162-164 (6) at minb 6 at every width, no spills
-LAYOUT_MINB = {"sm_90": {"TT": {"64x64f stream-K": 6}}}
+# stream-K's two ways of adding up a tile (gemm.cu SK_SPREAD), 162-164 (6) at minb 6 at every width, no spills; in TN
+# with A read 4 or 8 bytes at a time (TT's products run as TN, access.TRANSPOSED_RUNS), 170 (4), 163-165 (6) at minb 6
+LAYOUT_MINB = {"sm_90": {"TT": {"64x64f stream-K": 6}, "TN": {"64x64f stream-K": 6}}}
 # The 16-byte builds that hold fewer blocks an SM in another layout than in NN (by ptxas' registers; tested)
 LAYOUT_BLOCKS = {"sm_90": {"NT": {"128x64": 3, "128x64 summed": 3, "64x128": 3, "64x128 summed": 3, "32x32": 10,
                                   "32x32 summed": 12}, "TT": {"64x128 summed": 3}}}

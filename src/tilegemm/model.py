@@ -208,7 +208,7 @@ def ranked_for(table: dict, M: int, N: int, K: int, count: int, sms: int, layout
     aligned) is ranked as that one, A at the width it is read with there; a layout with no set of its own,
     ranked by the main set, takes LAYOUT_RATES (where LAYOUT_RATES_ON); single NN products ranked by the main
     set are offered its GPU's OFFERED_BUILDS too."""
-    asked = layout  # NT run as NN keeps NT's offers
+    asked = layout  # NT run as NN (TT as TN) keeps its own offers
     run_as = access.kernel_layout(layout, M, N, K, count) if width is None else layout
     if run_as != layout:
         layout, width, a_width = run_as, 4, access.row_widths(run_as, M, N, K, count)[0]

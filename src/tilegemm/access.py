@@ -118,7 +118,7 @@ def kernel_layout(layout: str, M: int, N: int, K: int, count: int = 1) -> str:
     """The layout the family's cp.async FFMA configs (those the cost model ranks) run a product of contiguous
     operands of ``layout`` in: NN or TN for an NT or TT product whose B they transpose first
     (``family_transposes``), else ``layout``."""
-    return TRANSPOSED_RUNS[layout] if family_transposes(layout, True, M, N, K, count) else layout
+    return _run_in(layout, True, M, N, K, count)
 
 
 def family_layout(p: dict, layout: str, M: int, N: int, K: int, count: int = 1) -> str:
@@ -126,8 +126,12 @@ def family_layout(p: dict, layout: str, M: int, N: int, K: int, count: int = 1) 
     a product of contiguous operands of ``layout``: NN or TN for an NT or TT product whose B it
     transposes first (``family_transposes``: the cp.async FFMA configs, where that was measured to
     pay), else ``layout``.  The build a check of the config (spills, registers, SASS) must compile."""
-    return (TRANSPOSED_RUNS[layout] if family_transposes(layout, p["stages"] >= 2 and not p["mma"], M, N, K, count)
-            else layout)
+    return _run_in(layout, p["stages"] >= 2 and not p["mma"], M, N, K, count)
+
+
+def _run_in(layout: str, copies: bool, M: int, N: int, K: int, count: int) -> str:
+    """TRANSPOSED_RUNS' layout where ``family_transposes``, else ``layout``."""
+    return TRANSPOSED_RUNS[layout] if family_transposes(layout, copies, M, N, K, count) else layout
 
 
 def row_widths(layout: str, M: int, N: int, K: int, count: int = 1, pairs: bool = True,

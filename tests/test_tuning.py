@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tilegemm import autotune, compiler, registry
+from tilegemm import access, autotune, compiler, registry
 from tilegemm import selection as tuning
 from tilegemm.occupancy import Limits
 
@@ -112,6 +112,20 @@ def test_an_exact_shape_comes_before_its_bucket():
     assert tuning.lookup(entries, "TT", 3968, 4096, 4096, 1) == {"bm": 128}  # NN's exact entry
     assert tuning.lookup(entries, "NT", 3968, 4096, 4096, 1) == {"bm": 16}  # NT's bucket before NN's exact entry
     assert [lay for _, lay, _ in tuning.lookups(entries, "NT", 3968, 4096, 4096, 1)] == ["NT", "NN", "NN"]
+
+
+def test_a_tt_product_run_as_tn_borrows_tn_entries_before_nn_ones():
+    """A TT product whose kernel runs it as TN on B transposed (access.kernel_layout) takes TN's
+    entries before NN's; one left in TT does not look at TN's."""
+    b = tuning.bucket(4096, 4096, 4096, 1)
+    entries = {tuning.entry_key("NN", b): {"config": {"bm": 64}}, tuning.entry_key("TN", b): {"config": {"bm": 32}},
+               tuning.entry_key("NN", tuning.bucket(1024, 4096, 4096, 1)): {"config": {"bm": 128}},
+               tuning.entry_key("TN", tuning.bucket(1024, 4096, 4096, 1)): {"config": {"bm": 16}}}
+    assert access.kernel_layout("TT", 4096, 4096, 4096, 1) == "TN"
+    assert tuning.lookup(entries, "TT", 4096, 4096, 4096, 1) == {"bm": 32}
+    assert [lay for _, lay, _ in tuning.lookups(entries, "TT", 4096, 4096, 4096, 1)] == ["TN", "NN"]
+    assert access.kernel_layout("TT", 1024, 4096, 4096, 1) == "TT"  # fewer than 2048 rows of A
+    assert tuning.lookup(entries, "TT", 1024, 4096, 4096, 1) == {"bm": 128}
 
 
 def _writer(path, i):

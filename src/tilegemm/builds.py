@@ -163,11 +163,15 @@ BY_ROWS_MINB = {access.ODD_ROWS: {"64x64f stream-K": 5},
 # spilling 16 bytes) ran 1.01x slower on 14 picks and 1.04x on 24.  64 x 128 at minb 4 ran 1.4%
 # slower on 5 picks whose B rows are of odd length, where it keeps 4 blocks either way (docs/perf-notes.md).
 ARCH_MINB = {"sm_90": {"128x64": {2: 4, 1: 4}, "128x64 summed": {4: 4, 2: 4, 1: 4}, "64x64 summed": {2: 6, 1: 6}}}
-# Builds asked a minb in a layout other than NN, at every width, on an arch: where the tile's own minb leaves ptxas free
-# to take a block an SM fewer there than in NN.  64 x 64f stream-K in TT: 175 registers (5 blocks of 64 threads) with
-# stream-K's two ways of adding up a tile (gemm.cu SK_SPREAD), 162-164 (6) at minb 6 at every width, no spills; in TN
-# with A read 4 or 8 bytes at a time (TT's products run as TN, access.TRANSPOSED_RUNS), 170 (4), 163-165 (6) at minb 6
-LAYOUT_MINB = {"sm_90": {"TT": {"64x64f stream-K": 6}, "TN": {"64x64f stream-K": 6}}}
+# Builds asked a minb in a layout other than NN on an arch, at every width of A or ({A's width: minb}) at some: where the
+# tile's own minb leaves ptxas free to take a block an SM fewer there than in NN.  64 x 64f stream-K in TT: 175
+# registers (5 blocks of 64 threads) with stream-K's two ways of adding up a tile (gemm.cu SK_SPREAD), 162-164 (6) at
+# minb 6 at every width, no spills; in TN with A read 4 or 8 bytes at a time (TT's products run as TN,
+# access.TRANSPOSED_RUNS), 170 (4), 163-165 (6) at minb 6: 0.988x the time on its 45 picks of fresh TN and TT draws, the
+# lowest 0.778x -> 0.852x cuBLAS.  64 x 128 in TT with A read 4 bytes at a time: 148 registers (3 blocks of 128
+# threads), 127 (4) at minb 4: 0.984x the time on its 29 picks of fresh TT draws (3 faster by 11-18%, none slower by
+# 1%); at 8 and 16 bytes it holds 4 at its own minb (docs/perf-notes.md)
+LAYOUT_MINB = {"sm_90": {"TT": {"64x64f stream-K": 6, "64x128": {1: 4}}, "TN": {"64x64f stream-K": 6}}}
 # The 16-byte builds that hold fewer blocks an SM in another layout than in NN (by ptxas' registers; tested)
 LAYOUT_BLOCKS = {"sm_90": {"NT": {"128x64": 3, "128x64 summed": 3, "64x128": 3, "64x128 summed": 3, "32x32": 10,
                                   "32x32 summed": 12}, "TT": {"64x128 summed": 3}}}
@@ -200,11 +204,14 @@ def arch_minb(params: dict, layout: str, widths, arch: str | None) -> dict:
     """The parameters with which the family config ``params`` (every parameter given) runs a product
     of ``layout`` at access widths ``widths`` (access.family_widths: one number or (A, B, D)) on
     ``arch``, not reading B's rows by rows (``by_rows``): minb from ARCH_MINB where it names the
-    candidate's build and B's width in NN, from LAYOUT_MINB where it names the layout and the build, else
-    ``params``."""
-    b_width = widths[1] if isinstance(widths, tuple) else widths
-    minb = (ARCH_MINB.get(arch, {}).get(_build_of(params), {}).get(b_width) if layout == "NN"
-            else LAYOUT_MINB.get(arch, {}).get(layout, {}).get(_build_of(params)))
+    candidate's build and B's width in NN, from LAYOUT_MINB where it names the layout and the build (and A's
+    width, where it names widths), else ``params``."""
+    a_width, b_width = widths[:2] if isinstance(widths, tuple) else (widths, widths)
+    if layout == "NN":
+        minb = ARCH_MINB.get(arch, {}).get(_build_of(params), {}).get(b_width)
+    else:
+        minb = LAYOUT_MINB.get(arch, {}).get(layout, {}).get(_build_of(params))
+        minb = minb.get(a_width) if isinstance(minb, dict) else minb
     return params if minb is None else {**params, "minb": minb}
 
 

@@ -176,16 +176,20 @@ def lookup(entries: dict, layout: str, M: int, N: int, K: int, count: int) -> di
     return found[0] if found else None
 
 
+def entry_layouts(layout: str, M: int, N: int, K: int, count: int) -> tuple[str, ...]:
+    """The layouts whose tuned entries serve a product of ``layout``, in order: its own, the layout its
+    kernel runs it in where B is transposed first (access.kernel_layout: TT as TN; NT's is NN), NN's."""
+    return tuple(dict.fromkeys((layout, access.kernel_layout(layout, M, N, K, count), "NN")))
+
+
 def lookups(entries: dict, layout: str, M: int, N: int, K: int, count: int, exact: bool = False,
             layouts: tuple | None = None):
     """(config, the layout it was tuned for, the shape it was measured on or None) of every entry
-    that can serve this shape, in order: this layout's entry for the exact shape, then for its
-    bucket, then the same of the layout its kernel runs it in where B is transposed first
-    (access.kernel_layout: TT as TN; NT's is NN), then NN's; with ``exact``, only entries measured on
-    this very shape (their "shape"); ``layouts``: only the entries of these layouts (default: those
-    three in that order)."""
+    that can serve this shape, in order: for each layout of ``layouts`` (default: ``entry_layouts``), its
+    entry for the exact shape, then for its bucket; with ``exact``, only entries measured on this very
+    shape (their "shape")."""
     b = bucket(M, N, K, count)
-    for lay in layouts or dict.fromkeys((layout, access.kernel_layout(layout, M, N, K, count), "NN")):
+    for lay in layouts or entry_layouts(layout, M, N, K, count):
         for key in (shape_key(lay, M, N, K, count), entry_key(lay, b)):
             e = entries.get(key)
             if e and (not exact or list(e.get("shape", ())) == [M, N, K, count]):
@@ -245,14 +249,14 @@ class Selector:
     def source(self, layout, M, N, K, count) -> tuple[dict, str]:
         """(config, where it came from: "tuned", "shipped", "model" or "heuristic"), not memoised.
         This layout's entries first: those measured on this very shape (the user's, then the shipped
-        table's), then the user's bucket entry; then the same three of the layout its kernel runs it
-        in (TT as TN on B transposed), then of NN's, borrowed; then, where
+        table's), then the user's bucket entry; then the same three of the other ``entry_layouts`` (TT
+        run as TN borrows TN's, then NN's); then, where
         this GPU has no model table, the shipped table's buckets (a bucket's other shapes can fill
         their waves quite differently: 4095^3's config ran 3000^3 at 0.85x cuBLAS)."""
         user, shipped = self.tables()
         limits = Limits.from_props(self.props)
         passes = []
-        for lays in dict.fromkeys(((layout,), (access.kernel_layout(layout, M, N, K, count),), ("NN",))):
+        for lays in ((lay,) for lay in entry_layouts(layout, M, N, K, count)):
             passes += [("tuned", user, True, lays), ("shipped", shipped, True, lays), ("tuned", user, False, lays)]
         if not self._has_model():
             passes.append(("shipped", shipped, False, None))

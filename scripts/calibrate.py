@@ -15,6 +15,8 @@ time (access.row_widths: rows not 16-byte aligned and not copied), the first N o
 calibration-narrowb-s<S>: the class of the lowest shapes, about a quarter of a full draw; NN or TN,
 where B is read along its rows; --narrow-a: the same for A, in TN or TT, where A is a transposed view;
 named calibration-<l>-narrowa-s<S>)
+(--long-k: only the draw's shapes of long K with few tiles (tilegemm.suites.long_k, at this GPU's SMs), the first
+N of them; named calibration-<l>-longk-s<S>: the class of most of the draws' lowest shapes, about a fifth of a draw)
 The candidates include the filling split counts, found from each build's blocks per SM.
 Writes DIR (default $OUT, else benchmarks/results)/<gpu>-<date>-calibration-s<S>.json.gz (gzipped; kind
 "calibration"), rewritten after every shape so that a run cut short keeps what it measured.  Rows:
@@ -45,6 +47,8 @@ def main(argv=None) -> int:
                               help="only shapes whose B is read along its rows less than 16 bytes at a time")
     narrow_class.add_argument("--narrow-a", action="store_true",
                               help="only shapes whose A is read along its rows less than 16 bytes at a time (TN, TT)")
+    narrow_class.add_argument("--long-k", action="store_true",
+                              help="only shapes of long K with few tiles (tilegemm.suites.long_k)")
     args = parse_args(p, argv)
     return args if isinstance(args, int) else run_command(run, args)
 
@@ -111,12 +115,20 @@ def narrow(n: int, seed: int, layout: str, draw: dict, operand: str = "B") -> li
                   and access.row_widths(layout, s[0], s[1], s[2])[i] != 4, f"whose {operand} is read narrow")
 
 
+def long_k(n: int, seed: int, layout: str, draw: dict, sms: int) -> list[tuple]:
+    """The first ``n`` shapes of seed ``seed``'s draw of long K with few tiles (suites.long_k on ``sms`` SMs), among
+    those the family runs in ``layout`` (``run_in``)."""
+    return _first(n, seed, layout, draw, lambda s: access.kernel_layout(layout, *s[:3], s[4]) == layout
+                  and suites.long_k(*s[:3], s[4], sms), "of long K with few tiles")
+
+
 def run(args) -> int:
     dev = gpu.current_device()
     props = gpu.device_properties(dev)
     draw = dict(suites.SMALL_DRAW if args.small else suites.DRAW)
     shapes = (narrow(args.n, args.seed, args.layout, draw, "A" if args.narrow_a else "B")
-              if args.narrow_a or args.narrow_b else run_in(args.n, args.seed, args.layout, draw))
+              if args.narrow_a or args.narrow_b else long_k(args.n, args.seed, args.layout, draw, props.sms)
+              if args.long_k else run_in(args.n, args.seed, args.layout, draw))
     configs = {}
     for M, N, K, _, _ in shapes:
         configs.update(dict(_candidates(M, N, K, 1, props.sms, args.tiles)))
@@ -150,7 +162,8 @@ def run(args) -> int:
                            layout=args.layout, **({"tiles": args.tiles} if args.tiles else {}),
                            **({"filling_only": True} if args.filling_only else {}),
                            **({"narrow_b": True} if args.narrow_b else {}),
-                           **({"narrow_a": True} if args.narrow_a else {}))
+                           **({"narrow_a": True} if args.narrow_a else {}),
+                           **({"long_k": True} if args.long_k else {}))
     for i, (M, N, K, layout, count) in enumerate(shapes):
         cands = _candidates(M, N, K, count, props.sms, args.tiles, per_sm, args.filling_only)
         if not cands:
@@ -170,7 +183,7 @@ def run(args) -> int:
         doc["rows"] = rows
         lay = "" if args.layout == "NN" else args.layout.lower() + "-"
         only = ("".join(f"{t}-" for t in args.tiles or ()) + ("filling-" if args.filling_only else "")
-                + ("narrowb-" if args.narrow_b else "") + ("narrowa-" if args.narrow_a else ""))
+                + ("narrowb-" if args.narrow_b else "") + ("narrowa-" if args.narrow_a else "") + ("longk-" if args.long_k else ""))
         tag = f"calibration-{'small-' if args.small else ''}{lay}{only}s{args.seed}"
         results.write(doc, args.out, tag, compress=True)
     return 0

@@ -89,3 +89,18 @@ def test_calibrate_draws_in_a_layout_only_the_shapes_the_family_runs_in_it(calib
     tt = calibrate.run_in(20, 1423, "TT", draw)  # TT run as TN on B transposed left out, as NT's
     assert all(access.kernel_layout("TT", *s[:3], s[4]) == "TT" for s in tt)
     assert tt != suites.random_shapes(20, 1423, ("TT",), **draw)
+
+
+def test_calibrate_long_k_draws_only_the_class_that_runs_in_the_layout(calibrate):
+    from tilegemm import access, suites
+
+    draw = dict(suites.DRAW)
+    shapes = calibrate.long_k(12, 1747, "TT", draw, 132)
+    assert len(shapes) == 12 and shapes == calibrate.long_k(12, 1747, "TT", draw, 132)  # deterministic per seed
+    full = suites.random_shapes(600, 1747, ("TT",), **draw)
+    runs_in = [s for s in full if access.kernel_layout("TT", *s[:3], s[4]) == "TT"]
+    assert shapes == [s for s in runs_in if suites.long_k(*s[:3], s[4], 132)][:12]  # the draw's own, in order
+    assert all(K >= suites.LONG_K_MIN and -(-M // 128) * -(-N // 128) < 132 for M, N, K, _, _ in shapes)
+    assert len(calibrate.long_k(12, 1747, "TT", draw, 16)) == 12  # fewer SMs: fewer shapes have few tiles
+    assert not suites.long_k(4096, 4096, 8192) and not suites.long_k(256, 256, 2047) and suites.long_k(256, 256, 2048)
+    assert suites.long_k(1408, 1536, 4096) is False and suites.long_k(1408, 1408, 4096)  # 132 tiles; 121

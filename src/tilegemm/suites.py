@@ -28,6 +28,15 @@ DRAW = {"lo": 128, "hi": 16384, "min_macs": 1024**3, "max_bytes": 4 << 30}
 # constants, timed from CUDA graphs): below the bench draw's multiply-adds, any dimension from 16
 SMALL_DRAW = {"lo": 16, "hi": 16384, "min_macs": 0, "max_macs": DRAW["min_macs"], "max_bytes": 4 << 30}
 
+# Long K with few output tiles, the class of most of the draws' lowest shapes: fewer 128 x 128 tiles than SMs (a data-
+# parallel wave leaves SMs idle; split-K or stream-K must fill them) and K of at least LONG_K_MIN
+LONG_K_MIN = 2048
+
+
+def long_k(M: int, N: int, K: int, count: int = 1, sms: int = 132) -> bool:
+    """Whether a product is of the class of long K with few tiles (LONG_K_MIN)."""
+    return K >= LONG_K_MIN and -(-M // 128) * -(-N // 128) * count < sms
+
 
 def random_shapes(n: int, seed: int, layouts=("NN",), lo: int = DRAW["lo"], hi: int = DRAW["hi"],
                   min_macs: int = DRAW["min_macs"], max_bytes: int = DRAW["max_bytes"],

@@ -101,6 +101,8 @@ def test_layers():
     assert not any(m.startswith("tilegemm.instruments") for m in _above(graph, "tilegemm.autotune"))
     assert "tilegemm.runtime" not in _above(graph, "tilegemm.compiler")
     assert "tilegemm.api" not in _above(graph, "tilegemm.autotune")  # the tuner gets matmul handed in
+    # the tables' entries are data, below the selection that reads them
+    assert "tilegemm.entries" in below_selection and "tilegemm.selection" not in _above(graph, "tilegemm.entries")
 
 
 @pytest.mark.parametrize("path", sorted(PKG.rglob("*.py")), ids=lambda p: str(p.relative_to(PKG)))

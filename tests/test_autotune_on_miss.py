@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tilegemm import api, autotune, gpu, selection, timing
+from tilegemm import access, api, autotune, entries, gpu, selection, timing
 from tilegemm.occupancy import Limits
 
 PROPS = SimpleNamespace(id=0, name="Test GPU", major=9, minor=0, arch="sm_90", sms=132, l2_bytes=50 << 20,
@@ -81,11 +81,11 @@ def test_autotune_on_miss_returns_the_fastest_and_writes_the_cache(fake_gpu, mon
     assert len(timed) == len(cands) and config == cands[3]
     files = list(fake_gpu.glob("*.json"))
     assert len(files) == 1
-    entries = json.loads(files[0].read_text())["entries"]
+    written = json.loads(files[0].read_text())["entries"]
     entry = {"config": cands[3], "tflops": pytest.approx(2 * 777 * 999 * 1111 / 1e9), "ms": 1.0,
-             "shape": [777, 999, 1111, 1]}
-    assert entries == {selection.entry_key("NN", selection.bucket(*KEY[1:])): entry,
-                       selection.shape_key("NN", *KEY[1:]): entry}
+             "shape": [777, 999, 1111, 1], "ran_as": "NN"}
+    assert written == {entries.entry_key("NN", entries.bucket(*KEY[1:])): entry,
+                       entries.shape_key("NN", *KEY[1:]): entry}
     assert selection.select(0, *KEY) == (cands[3], "tuned")
     # a second call is a hit: nothing is tuned again
     assert _in_a_thread(lambda: api.choose_config(0, KEY)) == cands[3] and len(timed) == len(cands)
@@ -165,3 +165,25 @@ def test_the_tuner_builds_each_candidate_in_the_layout_it_runs(monkeypatch, on_h
         res = autotune.tune_shape(0, "NT", M, 3000, 2000, 1, matmul=None, write=False)
         assert built and {lay for _, lay in built} == {want} and res["layout"] == "NT"
         assert len(res["tried"]) == len(built)
+
+
+def test_a_stale_entry_is_tuned_again_and_replaced(fake_gpu, monkeypatch):
+    """A TT entry measured when TT ran as TT, for a shape TT now runs as TN (entries.current): selected as "stale",
+    a candidate of the quick tuning, tuned again under TILEGEMM_AUTOTUNE=1 and replaced by an entry of today's run."""
+    key = ("TT", 4096, 4096, 4096, 1)
+    sel = selection.selector(0)
+    old = {**selection.BIG, "splits": 1}  # cp.async: runs a TT product of 4096 rows as TN today
+    path = sel.cache_path
+    stale = {"config": old, "tflops": 40.0, "ms": 3.0, "shape": list(key[1:]), "ran_as": "TT"}
+    entries.merge_entries(path, {entries.shape_key(*key): stale})
+    sel.forget()
+    monkeypatch.setattr(selection, "borrowed_spills", lambda *a: False)
+    assert selection.select(0, *key) == (old, "stale")
+    cands = autotune.candidates(*key[1:], PROPS.sms, Limits.from_props(PROPS))
+    timed = _stub_measurements(monkeypatch, winner_index=0)
+    monkeypatch.setenv("TILEGEMM_AUTOTUNE", "1")
+    config = _in_a_thread(lambda: api.choose_config(0, key))
+    assert len(timed) == len(cands) and config == cands[0]
+    new = entries.read_table(path)[entries.shape_key(*key)]
+    assert new["ran_as"] == access.family_layout(autotune.F.params(cands[0]), *key) and entries.current(new, "TT")
+    assert selection.select(0, *key) == (cands[0], "tuned")

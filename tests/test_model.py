@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tilegemm import access, autotune, builds, calibration, model, registry, residuals, results, selection, suites
+from tilegemm import access, autotune, builds, calibration, entries, model, registry, residuals, results, selection, suites
 from tilegemm.occupancy import Limits
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -356,21 +356,21 @@ def test_the_selection_takes_the_model_where_no_table_holds_the_shape(fitted, tm
     assert sel("NN", 4096, 4096, 4096, 1)[1] == "shipped"  # measured entries first
     assert sel("NN", 4095, 4095, 4095, 1)[1] == "shipped"
     # a shape the shipped table was not measured on, in the bucket of one it was: the model
-    assert selection.bucket(3000, 3000, 3000, 1) == selection.bucket(4095, 4095, 4095, 1)
+    assert entries.bucket(3000, 3000, 3000, 1) == entries.bucket(4095, 4095, 4095, 1)
     assert sel("NN", 3000, 3000, 3000, 1)[1] == "model"
     # a shape tuned by the user fills its bucket's key too; a shipped shape of that bucket keeps its
     # own measured entry, and other shapes of the bucket take the tuned one
     tuned = {"config": dict(builds.TILES["64x128"], splits=1), "shape": [3000, 3000, 3000, 1]}
-    sel._user = {selection.shape_key("NN", 3000, 3000, 3000, 1): tuned,
-                 selection.entry_key("NN", selection.bucket(3000, 3000, 3000, 1)): tuned}
+    sel._user = {entries.shape_key("NN", 3000, 3000, 3000, 1): tuned,
+                 entries.entry_key("NN", entries.bucket(3000, 3000, 3000, 1)): tuned}
     sel._memo.clear()
     assert sel("NN", 4095, 4095, 4095, 1)[1] == "shipped"
     assert sel("NN", 3000, 3000, 3000, 1) == (tuned["config"], "tuned")
     assert sel("NN", 3500, 3500, 3500, 1) == (tuned["config"], "tuned")
     # another layout: its own bucket entry before NN's entry for the very shape (borrowed)
-    own = {"config": dict(builds.TILES["128x64"], splits=1), "shape": [4096, 4096, 4096, 1]}
-    sel._user = {selection.shape_key("NN", 3968, 4096, 4096, 1): {**tuned, "shape": [3968, 4096, 4096, 1]},
-                 selection.entry_key("NT", selection.bucket(3968, 4096, 4096, 1)): own}
+    own = {"config": dict(builds.TILES["128x64"], splits=1), "shape": [4096, 4096, 4096, 1], "ran_as": "NN"}
+    sel._user = {entries.shape_key("NN", 3968, 4096, 4096, 1): {**tuned, "shape": [3968, 4096, 4096, 1]},
+                 entries.entry_key("NT", entries.bucket(3968, 4096, 4096, 1)): own}
     sel._memo.clear()
     assert sel("NT", 3968, 4096, 4096, 1) == (own["config"], "tuned")
     assert sel("TN", 3968, 4096, 4096, 1) == (tuned["config"], "tuned")  # none of its own: NN's

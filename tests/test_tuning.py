@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tilegemm import access, autotune, compiler, registry
+from tilegemm import access, autotune, compiler, entries, registry
 from tilegemm import selection as tuning
 from tilegemm.occupancy import Limits
 
@@ -78,10 +78,10 @@ def test_heuristic_stream_k_rule():
 
 
 def test_bucket():
-    assert tuning.bucket(4096, 4096, 4096, 1) == (12, 12, 12, 0, 0)
-    assert tuning.bucket(4095, 4095, 4095, 1) == (12, 12, 12, 0, 1)  # same sizes, but edges
-    assert tuning.bucket(4095, 3000, 1, 64) == (12, 12, 0, 6, 1)
-    assert tuning.bucket(5000, 6000, 7000, 1) == (12, 13, 13, 0, 1)
+    assert entries.bucket(4096, 4096, 4096, 1) == (12, 12, 12, 0, 0)
+    assert entries.bucket(4095, 4095, 4095, 1) == (12, 12, 12, 0, 1)  # same sizes, but edges
+    assert entries.bucket(4095, 3000, 1, 64) == (12, 12, 0, 6, 1)
+    assert entries.bucket(5000, 6000, 7000, 1) == (12, 13, 13, 0, 1)
 
 
 def test_cache_key_names_everything_that_matters():
@@ -92,45 +92,45 @@ def test_cache_key_names_everything_that_matters():
 
 
 def test_lookup_falls_back_to_nn():
-    entries = {"NN:12x12x12x0x0": {"config": {"bm": 64}}}
-    assert tuning.lookup(entries, "TT", 4096, 4096, 4096, 1) == {"bm": 64}
-    assert tuning.lookup(entries, "NN", 1024, 4096, 4096, 1) is None
+    table = {"NN:12x12x12x0x0": {"config": {"bm": 64}}}
+    assert entries.lookup(table, "TT", 4096, 4096, 4096, 1) == {"bm": 64}
+    assert entries.lookup(table, "NN", 1024, 4096, 4096, 1) is None
 
 
 def test_an_exact_shape_comes_before_its_bucket():
     """Two shapes of one bucket tuned one after the other: each keeps its own winner; a layout's
     own entries come before NN's."""
-    b = tuning.bucket(4096, 4096, 4096, 1)
-    assert tuning.bucket(3968, 4096, 4096, 1) == b  # one bucket
-    entries = {tuning.entry_key("NN", b): {"config": {"bm": 64}},
-               tuning.shape_key("NN", 3968, 4096, 4096, 1): {"config": {"bm": 128}},
-               tuning.shape_key("TN", 4096, 4096, 4096, 1): {"config": {"bm": 32}},
-               tuning.entry_key("NT", b): {"config": {"bm": 16}}}
-    assert tuning.lookup(entries, "NN", 3968, 4096, 4096, 1) == {"bm": 128}
-    assert tuning.lookup(entries, "NN", 4096, 4096, 4096, 1) == {"bm": 64}  # the bucket's entry
-    assert tuning.lookup(entries, "TN", 4096, 4096, 4096, 1) == {"bm": 32}
-    assert tuning.lookup(entries, "TT", 3968, 4096, 4096, 1) == {"bm": 128}  # NN's exact entry
-    assert tuning.lookup(entries, "NT", 3968, 4096, 4096, 1) == {"bm": 16}  # NT's bucket before NN's exact entry
-    assert [lay for _, lay, _ in tuning.lookups(entries, "NT", 3968, 4096, 4096, 1)] == ["NT", "NN", "NN"]
+    b = entries.bucket(4096, 4096, 4096, 1)
+    assert entries.bucket(3968, 4096, 4096, 1) == b  # one bucket
+    table = {entries.entry_key("NN", b): {"config": {"bm": 64}},
+             entries.shape_key("NN", 3968, 4096, 4096, 1): {"config": {"bm": 128}},
+             entries.shape_key("TN", 4096, 4096, 4096, 1): {"config": {"bm": 32}},
+             entries.entry_key("NT", b): {"config": {"bm": 16}}}
+    assert entries.lookup(table, "NN", 3968, 4096, 4096, 1) == {"bm": 128}
+    assert entries.lookup(table, "NN", 4096, 4096, 4096, 1) == {"bm": 64}  # the bucket's entry
+    assert entries.lookup(table, "TN", 4096, 4096, 4096, 1) == {"bm": 32}
+    assert entries.lookup(table, "TT", 3968, 4096, 4096, 1) == {"bm": 128}  # NN's exact entry
+    assert entries.lookup(table, "NT", 3968, 4096, 4096, 1) == {"bm": 16}  # NT's bucket before NN's exact entry
+    assert [lay for _, lay, _, _ in entries.lookups(table, "NT", 3968, 4096, 4096, 1)] == ["NT", "NN", "NN"]
 
 
 def test_a_tt_product_run_as_tn_borrows_tn_entries_before_nn_ones():
     """A TT product whose kernel runs it as TN on B transposed (access.kernel_layout) takes TN's
     entries before NN's; one left in TT does not look at TN's."""
-    b = tuning.bucket(4096, 4096, 4096, 1)
-    entries = {tuning.entry_key("NN", b): {"config": {"bm": 64}}, tuning.entry_key("TN", b): {"config": {"bm": 32}},
-               tuning.entry_key("NN", tuning.bucket(1024, 4096, 4096, 1)): {"config": {"bm": 128}},
-               tuning.entry_key("TN", tuning.bucket(1024, 4096, 4096, 1)): {"config": {"bm": 16}}}
+    b = entries.bucket(4096, 4096, 4096, 1)
+    table = {entries.entry_key("NN", b): {"config": {"bm": 64}}, entries.entry_key("TN", b): {"config": {"bm": 32}},
+             entries.entry_key("NN", entries.bucket(1024, 4096, 4096, 1)): {"config": {"bm": 128}},
+             entries.entry_key("TN", entries.bucket(1024, 4096, 4096, 1)): {"config": {"bm": 16}}}
     assert access.kernel_layout("TT", 4096, 4096, 4096, 1) == "TN"
-    assert tuning.lookup(entries, "TT", 4096, 4096, 4096, 1) == {"bm": 32}
-    assert [lay for _, lay, _ in tuning.lookups(entries, "TT", 4096, 4096, 4096, 1)] == ["TN", "NN"]
+    assert entries.lookup(table, "TT", 4096, 4096, 4096, 1) == {"bm": 32}
+    assert [lay for _, lay, _, _ in entries.lookups(table, "TT", 4096, 4096, 4096, 1)] == ["TN", "NN"]
     assert access.kernel_layout("TT", 1024, 4096, 4096, 1) == "TT"  # fewer than 2048 rows of A
-    assert tuning.lookup(entries, "TT", 1024, 4096, 4096, 1) == {"bm": 128}
+    assert entries.lookup(table, "TT", 1024, 4096, 4096, 1) == {"bm": 128}
 
 
 def _writer(path, i):
     for j in range(20):
-        tuning.merge_entries(path, {f"NN:{i}x{j}x0x0": {"config": {"bm": i}}})
+        entries.merge_entries(path, {f"NN:{i}x{j}x0x0": {"config": {"bm": i}}})
 
 
 def test_concurrent_writers_lose_nothing(tmp_path):
@@ -141,16 +141,16 @@ def test_concurrent_writers_lose_nothing(tmp_path):
     for p in procs:
         p.join()
         assert p.exitcode == 0
-    entries = tuning.read_table(path)
-    assert len(entries) == 80
+    table = entries.read_table(path)
+    assert len(table) == 80
 
 
 def test_corrupt_cache_is_ignored_with_a_warning_and_rebuilt(tmp_path):
     path = tmp_path / "cache.json"
     path.write_text("{ not json")
     with pytest.warns(RuntimeWarning, match="ignoring the unreadable tuning file"):
-        assert tuning.read_table(path) == {}
-    tuning.merge_entries(path, {"NN:1x1x1x0": {"config": {"bm": 64}}})
+        assert entries.read_table(path) == {}
+    entries.merge_entries(path, {"NN:1x1x1x0": {"config": {"bm": 64}}})
     assert json.loads(path.read_text())["entries"] == {"NN:1x1x1x0": {"config": {"bm": 64}}}
 
 
@@ -159,12 +159,18 @@ def test_shipped_tables_hold_valid_spill_free_configs():
     assert tables, "no tuning table ships with the package"
     seen = set()
     for t in tables:
-        entries = tuning.read_table(t)
-        assert entries, t
-        for key, e in entries.items():
+        table = entries.read_table(t)
+        assert table, t
+        for key, e in table.items():
             layout, dims = key.split(":")
             assert layout in registry.LAYOUTS and len(dims.split("x")) == 5
-            assert key == tuning.entry_key(layout, tuning.bucket(*e["shape"])), "key from the shape it was tuned on"
+            assert key == entries.entry_key(layout, entries.bucket(*e["shape"])), "key from the shape it was tuned on"
+            assert e["ran_as"] in (layout, access.TRANSPOSED_RUNS.get(layout)), (t.name, key)
+            # every shape a table was measured on is served by an entry of today's run (entries.current): an entry
+            # measured before its layout's products ran on B transposed comes after the one that measured that run
+            assert any(entries.current(table[k], k.split(":")[0]) for k in (
+                entries.entry_key(lay, entries.bucket(*e["shape"])) for lay in entries.entry_layouts(layout, *e["shape"]))
+                if k in table and table[k]["shape"] == e["shape"]), (t.name, key)
             cfg = F.params(e["config"])
             assert not F.violations(cfg, SM90), (t.name, key)
             seen.add((tuple(sorted(F.compiled_params(cfg).items())), layout))
@@ -211,7 +217,7 @@ def test_a_borrowed_config_that_spills_is_not_used(monkeypatch, tmp_path):
     # in the user's cache, the next entry that can serve the shape is taken: here NN's bucket entry
     other = {**tuning.BIG, "splits": 1}
     monkeypatch.setattr(tuning, "spills", lambda cfg, layout, arch: layout == "TT" and cfg == spilling)
-    sel._user = {tuning.shape_key("NN", 16, 4096, 4096, 1): {"config": spilling}, "NN:4x12x12x0x1": {"config": other}}
+    sel._user = {entries.shape_key("NN", 16, 4096, 4096, 1): {"config": spilling}, "NN:4x12x12x0x1": {"config": other}}
     assert sel.source("TT", 16, 4096, 4096, 1) == (other, "tuned")
     assert sel.source("NN", 16, 4096, 4096, 1) == (spilling, "tuned")
 
@@ -224,7 +230,7 @@ def test_a_borrowed_config_is_checked_in_the_layout_its_kernel_runs(monkeypatch,
     sel = _test_selector(monkeypatch, tmp_path)
     cfg = {**tuning.BIG, "splits": 1}
     for M in (4096, 1024):
-        sel._shipped = {tuning.shape_key("NN", M, 4096, 4096, 1): {"config": cfg, "shape": [M, 4096, 4096, 1]}}
+        sel._shipped = {entries.shape_key("NN", M, 4096, 4096, 1): {"config": cfg, "shape": [M, 4096, 4096, 1]}}
         sel._user = {}
         checked.clear()
         found = sel.source("NT", M, 4096, 4096, 1)
@@ -232,30 +238,70 @@ def test_a_borrowed_config_is_checked_in_the_layout_its_kernel_runs(monkeypatch,
             assert found == (cfg, "shipped") and checked == []
         else:  # runs as NT, where (here) it spills
             assert found[1] == "heuristic" and checked and set(checked) == {"NT"}
-    # tuned on NT at a shape the transposition serves: measured in the NN build that runs it, not
-    # checked again; tuned on NT below the bound (built as NT) and serving a transposed product of the
+    # tuned on NT at a shape the transposition serves: measured in the NN build that runs it (as the entry records),
+    # not checked again; tuned on NT below the bound (built as NT) and serving a transposed product of the
     # same bucket: checked as NN, where it does not spill
-    sel._shipped, sel._user = {}, {tuning.shape_key("NT", 4096, 4096, 4096, 1): {"config": cfg, "shape": [4096, 4096, 4096, 1]}}
+    nt = entries.shape_key("NT", 4096, 4096, 4096, 1)
+    sel._shipped, sel._user = {}, {nt: {"config": cfg, "shape": [4096, 4096, 4096, 1], "ran_as": "NN"}}
     checked.clear()
     assert sel.source("NT", 4096, 4096, 4096, 1) == (cfg, "tuned") and checked == []
-    sel._user = {tuning.entry_key("NT", tuning.bucket(2500, 4096, 4096, 1)): {"config": cfg, "shape": [1500, 4096, 4096, 1]}}
+    # the same entry written before entries recorded their run: how it ran is not known, so it is stale and checked
+    sel._user = {nt: {"config": cfg, "shape": [4096, 4096, 4096, 1]}}
+    assert sel.source("NT", 4096, 4096, 4096, 1) == (cfg, "stale") and checked == ["NN"]
+    sel._user = {entries.entry_key("NT", entries.bucket(2500, 4096, 4096, 1)):
+                 {"config": cfg, "shape": [1500, 4096, 4096, 1], "ran_as": "NT"}}
     assert sel.source("NT", 2500, 4096, 4096, 1) == (cfg, "tuned") and set(checked) == {"NN"}
     # an NT bucket entry measured where B was transposed (2500 rows: built as NN) serving a product of
     # the same bucket that runs as NT (1500 rows): checked as NT, where (here) it spills
     sel._shipped = {}
-    sel._user = {tuning.entry_key("NT", tuning.bucket(1500, 4096, 4096, 1)): {"config": cfg, "shape": [2500, 4096, 4096, 1]}}
+    sel._user = {entries.entry_key("NT", entries.bucket(1500, 4096, 4096, 1)):
+                 {"config": cfg, "shape": [2500, 4096, 4096, 1], "ran_as": "NN"}}
     checked.clear()
-    assert tuning.bucket(1500, 4096, 4096, 1) == tuning.bucket(2500, 4096, 4096, 1)
+    assert entries.bucket(1500, 4096, 4096, 1) == entries.bucket(2500, 4096, 4096, 1)
     assert sel.source("NT", 1500, 4096, 4096, 1)[1] == "heuristic" and checked and set(checked) == {"NT"}
-    # an NT entry of unknown shape is checked wherever it runs
-    assert tuning.borrowed_spills(cfg, "NT", None, "NT", 1500, 4096, 4096, 1, "sm_90") and checked[-1] == "NT"
-    # so is a TT entry of unknown shape: as TN for a TT product from 2048 rows, else as TT
+    # an entry whose run is not known is checked wherever it runs: NT as NT, TT as TN from 2048 rows, else as TT
+    assert tuning.borrowed_spills(cfg, None, "NT", 1500, 4096, 4096, 1, "sm_90") and checked[-1] == "NT"
     checked.clear()
-    assert not tuning.borrowed_spills(cfg, "TT", None, "TT", 2500, 4096, 4096, 1, "sm_90") and checked == ["TN"]
-    assert not tuning.borrowed_spills(cfg, "TT", None, "TT", 1500, 4096, 4096, 1, "sm_90") and checked == ["TN", "TT"]
+    assert not tuning.borrowed_spills(cfg, None, "TT", 2500, 4096, 4096, 1, "sm_90") and checked == ["TN"]
+    assert not tuning.borrowed_spills(cfg, None, "TT", 1500, 4096, 4096, 1, "sm_90") and checked == ["TN", "TT"]
     # the tensor-core configs read B as it is: checked as NT
-    assert tuning.borrowed_spills({**cfg, "mma": 3}, "NN", None, "NT", 4096, 4096, 4096, 1, "sm_90")
+    assert tuning.borrowed_spills({**cfg, "mma": 3}, "NN", "NT", 4096, 4096, 4096, 1, "sm_90")
     assert checked[-1] == "NT"
+
+
+def test_an_entry_records_the_run_it_measured_and_knows_when_that_run_no_longer_happens():
+    cfg = {**tuning.BIG, "splits": 1}
+    res = {"config": cfg, "tflops": 50.0, "ms": 2.0}
+    assert entries.measured("NT", 4096, 4096, 4096, 1, res) == {**res, "shape": [4096, 4096, 4096, 1], "ran_as": "NN"}
+    assert entries.measured("NT", 1024, 4096, 4096, 1, res)["ran_as"] == "NT"  # below the rule's bound
+    assert entries.measured("TT", 4096, 4096, 4096, 1, res)["ran_as"] == "TN"
+    assert entries.measured("TT", 4096, 4096, 4096, 1, {**res, "config": {**cfg, "stages": 0}})["ran_as"] == "TT"
+    tt = entries.measured("TT", 4096, 4096, 4096, 1, res)
+    assert entries.current(tt, "TT") and not entries.current({**tt, "ran_as": "TT"}, "TT")  # measured as TT: stale
+    assert entries.current({**tt, "shape": [1024, 4096, 4096, 1], "ran_as": "TT"}, "TT")
+    legacy = {"config": cfg, "shape": [4096, 4096, 4096, 1]}  # written before entries recorded their run
+    assert entries.current(legacy, "NN") and entries.current(legacy, "TN")  # never transposed
+    assert not entries.current(legacy, "NT") and not entries.current(legacy, "TT")  # not known
+    assert entries.current({"config": cfg}, "NN") and not entries.current({"config": cfg}, "TT")  # no shape either
+    assert [found[3] for found in entries.lookups({"TT:=4096x4096x4096x1": legacy}, "TT", 4096, 4096, 4096, 1)] == [None]
+
+
+def test_stale_entries_come_after_every_current_one(monkeypatch, tmp_path):
+    """A TT entry measured when TT ran as TT, for a shape TT now runs as TN: TN's exact entry and NN's come first;
+    alone, it is taken as "stale" (TILEGEMM_AUTOTUNE=1 tunes the shape again); a current one as "tuned"."""
+    monkeypatch.setattr(tuning, "spills", lambda cfg, layout, arch: False)
+    sel = _test_selector(monkeypatch, tmp_path)
+    old, tn, nn = ({**tuning.BIG, "splits": 1, "sk": k} for k in (0, 1, 2))
+    shape = [4096, 4096, 4096, 1]
+    stale = {entries.shape_key("TT", *shape): {"config": old, "shape": shape, "ran_as": "TT"}}
+    sel._user, sel._shipped = stale, {entries.entry_key("TN", entries.bucket(*shape)): {"config": tn, "shape": shape}}
+    assert sel.source("TT", *shape) == (tn, "shipped")
+    sel._shipped = {entries.entry_key("NN", entries.bucket(*shape)): {"config": nn, "shape": shape}}
+    assert sel.source("TT", *shape) == (nn, "shipped")
+    sel._shipped = {}
+    assert sel.source("TT", *shape) == (old, "stale")
+    sel._user = {entries.shape_key("TT", *shape): {"config": old, "shape": shape, "ran_as": "TN"}}
+    assert sel.source("TT", *shape) == (old, "tuned")
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])

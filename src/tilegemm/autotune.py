@@ -190,13 +190,13 @@ def _key(cfg: dict) -> tuple:
 
 def quick_candidates(sel, layout: str, M: int, N: int, K: int, count: int, top: int = QUICK_TOP) -> list[dict]:
     """The quick tuning's candidates: the ``top`` configs the cost model predicts fastest, and the
-    config the selection takes from a table (the tuning cache or the shipped table) for the shape, if any;
-    none where the GPU has no fitted model table."""
+    config the selection takes from a table (the tuning cache or the shipped table, stale entries too) for the
+    shape, if any; none where the GPU has no fitted model table."""
     cands = sel.predicted(M, N, K, count, top, layout)
     if not cands:
         return []
     cfg, source = sel.source(layout, M, N, K, count)
-    if source in ("tuned", "shipped") and cfg not in cands:
+    if source in ("tuned", "shipped", "stale") and cfg not in cands:
         cands.append(dict(cfg))
     return cands
 

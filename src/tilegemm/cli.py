@@ -151,7 +151,7 @@ def cmd_ladder(args) -> int:
 
 
 def cmd_tune(args) -> int:
-    from . import autotune, selection, suites
+    from . import autotune, entries, selection, suites
 
     if args.shapes:
         cases = _cases(args.shapes, args.layouts)
@@ -196,11 +196,10 @@ def cmd_tune(args) -> int:
     console.print(table)
     console.print(f"tuning cache: {sel.cache_path}")
     if ship:
-        entries = {selection.entry_key(r["layout"], selection.bucket(r["M"], r["N"], r["K"], r["count"])):
-                   {"config": r["config"], "tflops": r["tflops"], "ms": r["ms"],
-                    "shape": [r["M"], r["N"], r["K"], r["count"]]} for r in tuned}
-        selection.merge_entries(ship, entries, {"gpu": sel.props.name, "command": args.command_line,
-                                                "commit": results.commit()})
+        shipped = {entries.entry_key(r["layout"], entries.bucket(r["M"], r["N"], r["K"], r["count"])):
+                   entries.measured(r["layout"], r["M"], r["N"], r["K"], r["count"], r) for r in tuned}
+        entries.merge_entries(ship, shipped, {"gpu": sel.props.name, "command": args.command_line,
+                                              "commit": results.commit()})
         console.print(f"table written to {ship}")
     if args.out:
         doc = {"schema": results.SCHEMA, "kind": "tune", "command": args.command_line, "commit": results.commit(),

@@ -11,34 +11,33 @@ path does no file I/O:
    candidate it predicts fastest, NN predictions corrected by the calibration's residuals near the
    shape (residuals.py);
 4. the heuristic below (any GPU).
-Per layout (the call's, then NN's, whose configs it may borrow): entries measured on the very shape
-come first, from either table; then the user's entry of the shape's bucket (M, N, K and the batch
-count each rounded to the nearest power of two; ``Selector.source`` gives the order): the tuning
-cache keeps each tuned shape under its own key and its bucket's, and a shape whose bucket holds an
-entry counts as tuned (``TILEGEMM_AUTOTUNE=1`` does not tune it again).  Shipped tables
-(``tilegemm tune --ship``) hold bucket keys with the shape each entry was measured on; on a GPU
+Per layout (the call's, then the one its kernel runs it in, then NN's, whose configs it may borrow:
+entries.entry_layouts): entries measured on the very shape come first, from either table; then the
+user's entry of the shape's bucket (M, N, K and the batch count each rounded to the nearest power of
+two, entries.bucket; ``Selector.source`` gives the order): the tuning cache keeps each tuned shape
+under its own key and its bucket's, and a shape whose bucket holds an entry counts as tuned
+(``TILEGEMM_AUTOTUNE=1`` does not tune it again).  Entries that measured a run the family no longer
+makes (entries.current: an NT or TT product measured before the rule that transposes its B changed)
+come after all the others, as "stale", and ``TILEGEMM_AUTOTUNE=1`` tunes their shapes again.  Shipped
+tables (``tilegemm tune --ship``) hold bucket keys with the shape each entry was measured on; on a GPU
 with a model table they serve only those shapes (a bucket's other shapes can fill their waves quite
-differently), elsewhere their buckets too.  This module measures nothing and tunes nothing:
-the tuner (autotune.py) writes the cache through ``record``.
+differently), elsewhere their buckets too.  This module measures nothing and tunes nothing: the tuner
+(autotune.py) writes the cache through ``record``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import math
-import os
 import re
 import threading
 import warnings
 from pathlib import Path
 
-from . import access, compiler, folders, gpu, model, registry
+from . import access, compiler, entries, folders, gpu, model, registry
 from ._version import __version__
 from .occupancy import Limits
 
 TABLE_DIR = Path(__file__).parent / "tables"
-SCHEMA = 1
 
 # Configs by tile size, largest first (the tuner always times them; the heuristic picks from them).
 # HUGE and BIG: cp.async with 3 stages and 16 x 8 threads, the best of the H100/H200 sweeps
@@ -47,14 +46,6 @@ HUGE = {"bm": 256, "bn": 128, "bk": 8, "tm": 16, "tn": 8, "ln": 2, "minb": 1, "s
 BIG = {"bm": 128, "bn": 128, "bk": 8, "tm": 16, "tn": 8, "ln": 8, "minb": 2, "swizzle": 8, "stages": 3}
 MEDIUM = {"bm": 64, "bn": 128, "bk": 16, "tm": 8, "tn": 8, "ln": 8, "minb": 3, "swizzle": 8, "stages": 0}
 SMALL = {"bm": 64, "bn": 64, "bk": 16, "tm": 4, "tn": 4, "ln": 8, "minb": 4, "swizzle": 8, "stages": 0}
-
-
-def bucket(M: int, N: int, K: int, count: int) -> tuple:
-    """Shape bucket: each size rounded to the nearest power of two (in log scale), and whether
-    the usual tiles leave edges (M or N not a multiple of 128, K not a multiple of 8): 4095^3 and
-    4096^3 have different winners (docs/perf-notes.md)."""
-    edges = int(M % 128 != 0 or N % 128 != 0 or K % 8 != 0)
-    return tuple(int(round(math.log2(max(x, 1)))) for x in (M, N, K, count)) + (edges,)
 
 
 def _blocks(cfg, M, N, count) -> int:
@@ -105,43 +96,6 @@ def cache_key(props, driver: str, nvrtc: str) -> str:
     return _slug(f"{props.name}-sm{props.major}{props.minor}-drv{driver}-nvrtc{nvrtc}-tg{__version__}")
 
 
-def entry_key(layout: str, b: tuple) -> str:
-    return f"{layout}:{'x'.join(map(str, b))}"
-
-
-def shape_key(layout: str, M: int, N: int, K: int, count: int) -> str:
-    """The tuning cache's key of one exact shape (beside its bucket's ``entry_key``)."""
-    return f"{layout}:={M}x{N}x{K}x{count}"
-
-
-def read_table(path: Path) -> dict:
-    """Entries of a table or cache file; a corrupt file is reported and treated as empty."""
-    try:
-        doc = json.loads(path.read_text())
-        if doc.get("schema") != SCHEMA or not isinstance(doc.get("entries"), dict):
-            raise ValueError("unknown schema")
-        return doc["entries"]
-    except FileNotFoundError:
-        return {}
-    except (ValueError, OSError, AttributeError) as exc:
-        warnings.warn(f"tilegemm: ignoring the unreadable tuning file {path} ({exc}); it will be "
-                      f"rebuilt", RuntimeWarning, stacklevel=2)
-        return {}
-
-
-@contextlib.contextmanager
-def _locked(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(str(path) + ".lock", "a+") as fh:
-        try:
-            import fcntl
-
-            fcntl.flock(fh, fcntl.LOCK_EX)
-        except ImportError:  # pragma: no cover - not POSIX
-            pass
-        yield
-
-
 def read_model(path: Path) -> dict | None:
     """A fitted model table (model.py), or None where there is none or it cannot be read."""
     try:
@@ -156,51 +110,6 @@ def read_model(path: Path) -> dict | None:
         return None
 
 
-def merge_entries(path: Path, entries: dict, meta: dict | None = None) -> None:
-    """Add ``entries`` to the table at ``path``: read, merge and atomically replace under a file
-    lock, so concurrent tuners lose nothing; a corrupt file is replaced."""
-    with _locked(path):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            old = read_table(path)
-        old.update(entries)
-        doc = {"schema": SCHEMA, **(meta or {}), "entries": dict(sorted(old.items()))}
-        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(json.dumps(doc, indent=1) + "\n")
-        os.replace(tmp, path)
-
-
-def lookup(entries: dict, layout: str, M: int, N: int, K: int, count: int) -> dict | None:
-    """The first entry of ``lookups`` (a config runs every layout; NN is the one always tuned)."""
-    found = lookup_with_layout(entries, layout, M, N, K, count)
-    return found[0] if found else None
-
-
-def entry_layouts(layout: str, M: int, N: int, K: int, count: int) -> tuple[str, ...]:
-    """The layouts whose tuned entries serve a product of ``layout``, in order: its own, the layout its
-    kernel runs it in where B is transposed first (access.kernel_layout: TT as TN; NT's is NN), NN's."""
-    return tuple(dict.fromkeys((layout, access.kernel_layout(layout, M, N, K, count), "NN")))
-
-
-def lookups(entries: dict, layout: str, M: int, N: int, K: int, count: int, exact: bool = False,
-            layouts: tuple | None = None):
-    """(config, the layout it was tuned for, the shape it was measured on or None) of every entry
-    that can serve this shape, in order: for each layout of ``layouts`` (default: ``entry_layouts``), its
-    entry for the exact shape, then for its bucket; with ``exact``, only entries measured on this very
-    shape (their "shape")."""
-    b = bucket(M, N, K, count)
-    for lay in layouts or entry_layouts(layout, M, N, K, count):
-        for key in (shape_key(lay, M, N, K, count), entry_key(lay, b)):
-            e = entries.get(key)
-            if e and (not exact or list(e.get("shape", ())) == [M, N, K, count]):
-                yield dict(e["config"]), lay, (tuple(e["shape"]) if e.get("shape") else None)
-
-
-def lookup_with_layout(entries: dict, layout: str, M: int, N: int, K: int, count: int):
-    """The first of ``lookups``, or None."""
-    return next(lookups(entries, layout, M, N, K, count), None)
-
-
 def spills(cfg: dict, layout: str, arch: str) -> bool:
     """Whether ``cfg`` compiled for ``layout`` spills (ptxas' allocation differs per layout, so a
     config tuned on NN is checked before another layout borrows it).  Compiles (disk-cached)."""
@@ -209,19 +118,11 @@ def spills(cfg: dict, layout: str, arch: str) -> bool:
     return bool(r.spill_stores or r.spill_loads)
 
 
-def borrowed_spills(cfg: dict, tuned_for: str, tuned_shape: tuple | None, layout: str, M: int, N: int, K: int,
-                    count: int, arch: str) -> bool:
-    """Whether ``cfg``, an entry measured on a product of ``tuned_for`` (of ``tuned_shape``, where
-    known), spills where it runs this product of ``layout``: checked in the layout the kernel runs it
-    in (access.family_layout: an NT or TT product whose B is transposed first runs as NN or TN), unless its
-    build there is the one that was measured.  An NT or TT entry of unknown shape may have run either way:
-    checked."""
-    p = registry.FAMILY.params(cfg)
-    run_as = access.family_layout(p, layout, M, N, K, count)
-    if tuned_shape is not None:
-        built = access.family_layout(p, tuned_for, *tuned_shape)
-    else:
-        built = None if tuned_for in access.TRANSPOSED_RUNS else tuned_for
+def borrowed_spills(cfg: dict, built: str | None, layout: str, M: int, N: int, K: int, count: int, arch: str) -> bool:
+    """Whether ``cfg``, an entry measured on a run in ``built`` (entries.ran_as; None: not known), spills where it
+    runs this product of ``layout``: checked in the layout the kernel runs it in (access.family_layout: an NT or TT
+    product whose B is transposed first runs as NN or TN), unless that is the build that was measured."""
+    run_as = access.family_layout(registry.FAMILY.params(cfg), layout, M, N, K, count)
     return run_as != built and spills(cfg, run_as, arch)
 
 
@@ -241,31 +142,33 @@ class Selector:
 
     def tables(self) -> tuple[dict, dict]:
         if self._user is None:
-            self._user = read_table(self.cache_path)
-            self._shipped = read_table(self.table_path)
+            self._user = entries.read_table(self.cache_path)
+            self._shipped = entries.read_table(self.table_path)
             self._model = read_model(self.model_path)
         return self._user, self._shipped
 
     def source(self, layout, M, N, K, count) -> tuple[dict, str]:
-        """(config, where it came from: "tuned", "shipped", "model" or "heuristic"), not memoised.
+        """(config, where it came from: "tuned", "shipped", "stale", "model" or "heuristic"), not memoised.
         This layout's entries first: those measured on this very shape (the user's, then the shipped
         table's), then the user's bucket entry; then the same three of the other ``entry_layouts`` (TT
         run as TN borrows TN's, then NN's); then, where
         this GPU has no model table, the shipped table's buckets (a bucket's other shapes can fill
-        their waves quite differently: 4095^3's config ran 3000^3 at 0.85x cuBLAS)."""
+        their waves quite differently: 4095^3's config ran 3000^3 at 0.85x cuBLAS).  All of that first
+        with the entries whose measured run still happens (entries.current), then with the others ("stale")."""
         user, shipped = self.tables()
         limits = Limits.from_props(self.props)
         passes = []
-        for lays in ((lay,) for lay in entry_layouts(layout, M, N, K, count)):
-            passes += [("tuned", user, True, lays), ("shipped", shipped, True, lays), ("tuned", user, False, lays)]
-        if not self._has_model():
-            passes.append(("shipped", shipped, False, None))
-        for name, entries, exact, lays in passes:
-            for cfg, tuned_for, tuned_shape in lookups(entries, layout, M, N, K, count, exact, lays):
-                if check_config(cfg, limits) or borrowed_spills(cfg, tuned_for, tuned_shape, layout, M, N, K, count,
-                                                                self.props.arch):
+        for fresh in (True, False):
+            for lays in ((lay,) for lay in entries.entry_layouts(layout, M, N, K, count)):
+                passes += [("tuned", user, True, lays, fresh), ("shipped", shipped, True, lays, fresh),
+                           ("tuned", user, False, lays, fresh)]
+            if not self._has_model():
+                passes.append(("shipped", shipped, False, None, fresh))
+        for name, table, exact, lays, fresh in passes:
+            for cfg, _, _, built in entries.lookups(table, layout, M, N, K, count, exact, lays, fresh):
+                if check_config(cfg, limits) or borrowed_spills(cfg, built, layout, M, N, K, count, self.props.arch):
                     continue  # the next entry that can serve the shape
-                return cfg, name
+                return cfg, name if fresh else "stale"
         for cfg in self.predicted(M, N, K, count, 1, layout):
             return cfg, "model"
         return heuristic(M, N, K, count, self.props.sms, getattr(self.props, "l2_bytes", 0) or (50 << 20)), "heuristic"
@@ -293,12 +196,13 @@ class Selector:
                 self._memo[key] = found
         return found
 
-    def record(self, layout, M, N, K, count, entry: dict) -> None:
-        """Add a measured entry ({"config", "tflops", "ms"}) for this shape and for its bucket to the
-        user's tuning cache, and forget what was selected before."""
-        e = {**entry, "shape": [M, N, K, count]}
-        merge_entries(self.cache_path, {shape_key(layout, M, N, K, count): e, entry_key(layout, bucket(M, N, K, count)): e},
-                      {"gpu": self.props.name})
+    def record(self, layout, M, N, K, count, result: dict) -> None:
+        """Add a tuning's winner (``result``: {"config", "tflops", "ms"}) for this shape and for its bucket to the
+        user's tuning cache (entries.measured), and forget what was selected before."""
+        e = entries.measured(layout, M, N, K, count, result)
+        entries.merge_entries(self.cache_path, {entries.shape_key(layout, M, N, K, count): e,
+                                                entries.entry_key(layout, entries.bucket(M, N, K, count)): e},
+                              {"gpu": self.props.name})
         self.forget()
 
     def forget(self) -> None:

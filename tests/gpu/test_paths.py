@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tilegemm
-from tilegemm import builds, fastpath, gpu, selection
+from tilegemm import builds, entries, fastpath, gpu, selection
 
 pytestmark = pytest.mark.gpu
 
@@ -37,8 +37,8 @@ def test_autotune_on_a_miss_returns_a_correct_result_and_writes_the_cache(cp, tm
         assert out.shape == (M, N) and _err(cp, out, a, b) < TOL
         files = list(tmp_path.glob("*.json"))
         assert len(files) == 1
-        entry = json.loads(files[0].read_text())["entries"][selection.entry_key("NN", selection.bucket(M, N, K, 1))]
-        assert entry["shape"] == [M, N, K, 1] and entry["tflops"] > 0
+        entry = json.loads(files[0].read_text())["entries"][entries.entry_key("NN", entries.bucket(M, N, K, 1))]
+        assert entry["shape"] == [M, N, K, 1] and entry["tflops"] > 0 and entry["ran_as"] == "NN"
         assert selection.select(dev, "NN", M, N, K, 1) == (entry["config"], "tuned")
         again = tilegemm.matmul(a, b)  # a hit: nothing tuned again, the same result
         assert bool(cp.array_equal(again, out)) and len(list(tmp_path.glob("*.json"))) == 1

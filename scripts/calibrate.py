@@ -83,22 +83,23 @@ def _candidates(M, N, K, count, sms, tiles, per_sm=None, filling_only=False):
 
 
 def _first(n: int, seed: int, layout: str, draw: dict, keep, what: str) -> list[tuple]:
-    """The first ``n`` shapes of seed ``seed``'s draw for which ``keep(shape)`` holds, in the draw's order;
-    ValueError where its first 200 * n hold fewer (``what`` names them)."""
+    """The first ``n`` shapes of seed ``seed``'s draw that the family runs in ``layout`` (access.kernel_layout: the NT
+    and TT products it runs as NN and TN, on a copy of B transposed, are those layouts' calibrations' to time) and for
+    which ``keep(shape)`` holds, in the draw's order; ValueError where its first 200 * n hold fewer (``what`` names
+    them)."""
     out = []
     for size in (20 * n, 200 * n):
-        out = [s for s in suites.random_shapes(size, seed, (layout,), **draw) if keep(s)][:n]
+        out = [s for s in suites.random_shapes(size, seed, (layout,), **draw)
+               if access.kernel_layout(layout, *s[:3], s[4]) == layout and keep(s)][:n]
         if len(out) == n:
             return out
     raise ValueError(f"seed {seed}'s first {200 * n} shapes hold only {len(out)} {what}; ask for fewer")
 
 
 def run_in(n: int, seed: int, layout: str, draw: dict) -> list[tuple]:
-    """The first ``n`` shapes of seed ``seed``'s draw that the family runs in ``layout`` (access.kernel_layout):
-    the NT and TT products it runs as NN and TN, on a copy of B transposed, are those layouts' calibrations'
-    to time (the draw itself in NN and TN)."""
-    return _first(n, seed, layout, draw, lambda s: access.kernel_layout(layout, *s[:3], s[4]) == layout,
-                  f"that run in {layout}")
+    """The first ``n`` shapes of seed ``seed``'s draw that the family runs in ``layout`` (the draw itself in NN and
+    TN)."""
+    return _first(n, seed, layout, draw, lambda s: True, f"that run in {layout}")
 
 
 def narrow(n: int, seed: int, layout: str, draw: dict, operand: str = "B") -> list[tuple]:
@@ -111,15 +112,14 @@ def narrow(n: int, seed: int, layout: str, draw: dict, operand: str = "B") -> li
         which = "TN or TT" if operand == "A" else "NN or TN"
         raise ValueError(f"--narrow-{operand.lower()} takes a layout whose {operand} is read along its rows "
                          f"({which}), not {layout}")
-    return _first(n, seed, layout, draw, lambda s: access.kernel_layout(layout, *s[:3], s[4]) == layout
-                  and access.row_widths(layout, s[0], s[1], s[2])[i] != 4, f"whose {operand} is read narrow")
+    return _first(n, seed, layout, draw, lambda s: access.row_widths(layout, s[0], s[1], s[2])[i] != 4,
+                  f"whose {operand} is read narrow")
 
 
 def long_k(n: int, seed: int, layout: str, draw: dict, sms: int) -> list[tuple]:
     """The first ``n`` shapes of seed ``seed``'s draw of long K with few tiles (suites.long_k on ``sms`` SMs), among
     those the family runs in ``layout`` (``run_in``)."""
-    return _first(n, seed, layout, draw, lambda s: access.kernel_layout(layout, *s[:3], s[4]) == layout
-                  and suites.long_k(*s[:3], s[4], sms), "of long K with few tiles")
+    return _first(n, seed, layout, draw, lambda s: suites.long_k(*s[:3], s[4], sms), "of long K with few tiles")
 
 
 def run(args) -> int:

@@ -169,7 +169,7 @@ def test_the_tuner_builds_each_candidate_in_the_layout_it_runs(monkeypatch, on_h
 
 def test_a_stale_entry_is_tuned_again_and_replaced(fake_gpu, monkeypatch):
     """A TT entry measured when TT ran as TT, for a shape TT now runs as TN (entries.current): selected as "stale",
-    a candidate of the quick tuning, tuned again under TILEGEMM_AUTOTUNE=1 and replaced by an entry of today's run."""
+    tuned again under TILEGEMM_AUTOTUNE=1 and replaced by an entry of today's run."""
     key = ("TT", 4096, 4096, 4096, 1)
     sel = selection.selector(0)
     old = {**selection.BIG, "splits": 1}  # cp.async: runs a TT product of 4096 rows as TN today
@@ -187,3 +187,17 @@ def test_a_stale_entry_is_tuned_again_and_replaced(fake_gpu, monkeypatch):
     new = entries.read_table(path)[entries.shape_key(*key)]
     assert new["ran_as"] == access.family_layout(autotune.F.params(cands[0]), *key) and entries.current(new, "TT")
     assert selection.select(0, *key) == (cands[0], "tuned")
+
+
+def test_a_stale_entry_is_a_candidate_of_the_quick_tuning(on_h100):
+    """On a GPU with a model table the quick tuning times the model's best few and the config the selection takes from
+    a table: a stale entry's too."""
+    key = ("TT", 4096, 4096, 4096, 1)
+    sel = selection.selector(0)
+    old = dict(sel.predicted(*key[1:], 20, key[0])[-1])  # a config the model ranks below its best few
+    sel._user = {entries.shape_key(*key): {"config": old, "shape": list(key[1:]), "ran_as": "TT"}}
+    sel._shipped = {}
+    sel._memo.clear()
+    assert selection.select(0, *key) == (old, "stale")
+    cands = autotune.quick_candidates(sel, *key)
+    assert old not in sel.predicted(*key[1:], autotune.QUICK_TOP, key[0]) and cands[-1] == old

@@ -101,6 +101,7 @@ def test_calibrate_long_k_draws_only_the_class_that_runs_in_the_layout(calibrate
     runs_in = [s for s in full if access.kernel_layout("TT", *s[:3], s[4]) == "TT"]
     assert shapes == [s for s in runs_in if suites.long_k(*s[:3], s[4], 132)][:12]  # the draw's own, in order
     assert all(K >= suites.LONG_K_MIN and -(-M // 128) * -(-N // 128) < 132 for M, N, K, _, _ in shapes)
-    assert len(calibrate.long_k(12, 1747, "TT", draw, 16)) == 12  # fewer SMs: fewer shapes have few tiles
+    few = calibrate.long_k(12, 1747, "TT", draw, 16)  # fewer SMs: fewer shapes have few tiles
+    assert len(few) == 12 and few != shapes and all(-(-M // 128) * -(-N // 128) < 16 for M, N, _, _, _ in few)
     assert not suites.long_k(4096, 4096, 8192) and not suites.long_k(256, 256, 2047) and suites.long_k(256, 256, 2048)
     assert suites.long_k(1408, 1536, 4096) is False and suites.long_k(1408, 1408, 4096)  # 132 tiles; 121

@@ -1,7 +1,7 @@
 """``tilegemm.matmul`` and ``tilegemm.gemm``: a remembered call runs at once; any other is planned
 (plan.py, no GPU needed), run (dispatch.py) and remembered (fastpath.py).  The family's config comes
 from the selection (selection.py); with ``TILEGEMM_AUTOTUNE=1`` a shape the selection has no
-measured config for is tuned first (autotune.py), outside the selection's lock."""
+measured config of today's run for is tuned first (autotune.py), outside the selection's lock."""
 
 from __future__ import annotations
 
@@ -61,8 +61,8 @@ def matmul(a, b, *, out=None, kernel: str | None = None, config: dict | None = N
 
 def choose_config(device: int, key: tuple, precision: str = "fp32") -> dict:
     """The family's config for ``key`` (layout, M, N, K, count) on ``device``.  With
-    TILEGEMM_AUTOTUNE=1, a shape the selection has no measured config for (its config comes from the
-    model or the heuristic) is tuned first through
+    TILEGEMM_AUTOTUNE=1, a shape the selection has no measured config of today's run for (its config comes
+    from the model, the heuristic, or a "stale" entry: entries.current) is tuned first through
     this module's ``matmul`` (which names every candidate's config, so it selects nothing), one
     tuner per shape: a second caller waits for the first and takes its result."""
     if precision != "fp32":  # the tensor cores
@@ -74,7 +74,7 @@ def choose_config(device: int, key: tuple, precision: str = "fp32") -> dict:
         lock = _tuning.setdefault((device, key), threading.Lock())
     with lock:
         config, source = selection.select(device, *key)
-        if source not in ("tuned", "shipped"):  # a prediction, not a measurement
+        if source not in ("tuned", "shipped"):  # a prediction, or a measurement of another run
             autotune.tune_shape(device, *key, matmul=matmul)
             config, source = selection.select(device, *key)
     return config

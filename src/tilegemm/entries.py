@@ -1,7 +1,8 @@
 """Tuned entries: what the user's tuning cache and the shipped tables hold, and which of them can serve a shape.
 
-An entry is a config measured on one product: {"config", "tflops", "ms", "shape": [M, N, K, count], "ran_as"}.  A
-table keys it twice: by that shape (``shape_key``) and by the shape's bucket (``entry_key``).  "ran_as" is the layout
+An entry is a config measured on one product: {"config", "tflops", "ms", "shape": [M, N, K, count], "ran_as"}.  The
+tuning cache keys it twice, by that shape (``shape_key``) and by the shape's bucket (``entry_key``); a shipped table
+by the bucket.  "ran_as" is the layout
 in which the family ran the measured product: an NT or TT product whose B it transposes first runs as NN or TN
 (access.family_layout).  The rule that decides that moves when measurements move it, and an entry measured under
 another rule measured a run that no longer happens: ``current`` tells such entries apart, and the selection takes them
@@ -20,6 +21,7 @@ import warnings
 from pathlib import Path
 
 from . import access, registry
+from .errors import ConfigError
 
 SCHEMA = 1
 
@@ -56,11 +58,15 @@ def ran_as(entry: dict, layout: str) -> str | None:
 
 def current(entry: dict, layout: str) -> bool:
     """Whether the entry's measured product, an entry of ``layout``, would run today as it ran when measured (the
-    config in the layout access.family_layout gives): where not, or not known, it measured another run."""
+    config in the layout access.family_layout gives): where not, or not known, it measured another run.  An entry
+    without a shape is current where its run is known; one whose config is not the family's is not."""
     shape, run = entry.get("shape"), ran_as(entry, layout)
-    if not shape:
+    if not shape or run is None:
         return run is not None
-    return run == access.family_layout(registry.FAMILY.params(entry["config"]), layout, *shape)
+    try:
+        return run == access.family_layout(registry.FAMILY.params(entry["config"]), layout, *shape)
+    except ConfigError:
+        return False
 
 
 def read_table(path: Path) -> dict:
@@ -128,5 +134,6 @@ def lookups(entries: dict, layout: str, M: int, N: int, K: int, count: int, exac
 
 
 def lookup(entries: dict, layout: str, M: int, N: int, K: int, count: int) -> dict | None:
-    """The config of the first entry of ``lookups`` (a config runs every layout; NN is the one always tuned)."""
+    """The config of the first entry of ``lookups``, current or not (a config runs every layout; NN is the one always
+    tuned)."""
     return next((found[0] for found in lookups(entries, layout, M, N, K, count)), None)

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from . import access, compiler, entries, folders, gpu, model, registry
 from ._version import __version__
+from .errors import ConfigError
 from .occupancy import Limits
 
 TABLE_DIR = Path(__file__).parent / "tables"
@@ -235,7 +236,8 @@ def selector(device: int) -> Selector:
 
 
 def select(device: int, layout: str, M: int, N: int, K: int, count: int) -> tuple[dict, str]:
-    """(config, source) for this shape on ``device``: "tuned", "shipped" or "heuristic"."""
+    """(config, source) for this shape on ``device``: "tuned", "shipped", "stale", "model" or "heuristic"
+    (``Selector.source``)."""
     return selector(device)(layout, M, N, K, count)
 
 
@@ -288,4 +290,9 @@ def select_mma(device: int, precision: str, layout: str, M: int, N: int, K: int,
 
 
 def check_config(cfg: dict, limits: Limits) -> list[str]:
-    return registry.FAMILY.violations(registry.FAMILY.params(cfg), limits)
+    """What keeps ``cfg`` from running on a GPU of ``limits``: the family's constraints it breaks, or why it is not a
+    config of the family (a table's entry written by another version: skipped, not raised)."""
+    try:
+        return registry.FAMILY.violations(registry.FAMILY.params(cfg), limits)
+    except ConfigError as exc:
+        return [str(exc)]

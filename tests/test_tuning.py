@@ -111,7 +111,7 @@ def test_an_exact_shape_comes_before_its_bucket():
     assert entries.lookup(table, "TN", 4096, 4096, 4096, 1) == {"bm": 32}
     assert entries.lookup(table, "TT", 3968, 4096, 4096, 1) == {"bm": 128}  # NN's exact entry
     assert entries.lookup(table, "NT", 3968, 4096, 4096, 1) == {"bm": 16}  # NT's bucket before NN's exact entry
-    assert [lay for _, lay, _, _ in entries.lookups(table, "NT", 3968, 4096, 4096, 1)] == ["NT", "NN", "NN"]
+    assert [lay for _, lay, _ in entries.lookups(table, "NT", 3968, 4096, 4096, 1)] == ["NT", "NN", "NN"]
 
 
 def test_a_tt_product_run_as_tn_borrows_tn_entries_before_nn_ones():
@@ -123,7 +123,7 @@ def test_a_tt_product_run_as_tn_borrows_tn_entries_before_nn_ones():
              entries.entry_key("TN", entries.bucket(1024, 4096, 4096, 1)): {"config": {"bm": 16}}}
     assert access.kernel_layout("TT", 4096, 4096, 4096, 1) == "TN"
     assert entries.lookup(table, "TT", 4096, 4096, 4096, 1) == {"bm": 32}
-    assert [lay for _, lay, _, _ in entries.lookups(table, "TT", 4096, 4096, 4096, 1)] == ["TN", "NN"]
+    assert [lay for _, lay, _ in entries.lookups(table, "TT", 4096, 4096, 4096, 1)] == ["TN", "NN"]
     assert access.kernel_layout("TT", 1024, 4096, 4096, 1) == "TT"  # fewer than 2048 rows of A
     assert entries.lookup(table, "TT", 1024, 4096, 4096, 1) == {"bm": 128}
 
@@ -284,7 +284,7 @@ def test_an_entry_records_the_run_it_measured_and_knows_when_that_run_no_longer_
     assert entries.current(legacy, "NN") and entries.current(legacy, "TN")  # never transposed
     assert not entries.current(legacy, "NT") and not entries.current(legacy, "TT")  # not known
     assert entries.current({"config": cfg}, "NN") and not entries.current({"config": cfg}, "TT")  # no shape either
-    assert [found[3] for found in entries.lookups({"TT:=4096x4096x4096x1": legacy}, "TT", 4096, 4096, 4096, 1)] == [None]
+    assert [found[2] for found in entries.lookups({"TT:=4096x4096x4096x1": legacy}, "TT", 4096, 4096, 4096, 1)] == [None]
 
 
 def test_stale_entries_come_after_every_current_one(monkeypatch, tmp_path):

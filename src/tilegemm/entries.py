@@ -119,18 +119,17 @@ def entry_layouts(layout: str, M: int, N: int, K: int, count: int) -> tuple[str,
 
 def lookups(entries: dict, layout: str, M: int, N: int, K: int, count: int, exact: bool = False,
             layouts: tuple | None = None, is_current: bool | None = None):
-    """(config, the layout it was tuned for, the shape it was measured on or None, the layout that ran it or None:
-    ``ran_as``) of every entry that can serve this shape, in order: for each layout of ``layouts`` (default:
-    ``entry_layouts``), its entry for the exact shape, then for its bucket; with ``exact``, only entries measured on
-    this very shape (their "shape"); with ``is_current``, only the entries that are (True) or are not (False)
-    ``current``."""
+    """(config, the layout it was tuned for, the layout that ran it or None: ``ran_as``) of every entry that can serve
+    this shape, in order: for each layout of ``layouts`` (default: ``entry_layouts``), its entry for the exact shape,
+    then for its bucket; with ``exact``, only entries measured on this very shape (their "shape"); with
+    ``is_current``, only the entries that are (True) or are not (False) ``current``."""
     b = bucket(M, N, K, count)
     for lay in layouts or entry_layouts(layout, M, N, K, count):
         for key in (shape_key(lay, M, N, K, count), entry_key(lay, b)):
             e = entries.get(key)
             if (e and (not exact or list(e.get("shape", ())) == [M, N, K, count])
                     and (is_current is None or current(e, lay) == is_current)):
-                yield dict(e["config"]), lay, (tuple(e["shape"]) if e.get("shape") else None), ran_as(e, lay)
+                yield dict(e["config"]), lay, ran_as(e, lay)
 
 
 def lookup(entries: dict, layout: str, M: int, N: int, K: int, count: int) -> dict | None:

@@ -166,7 +166,7 @@ class Selector:
             if not self._has_model():
                 passes.append(("shipped", shipped, False, None, fresh))
         for name, table, exact, lays, fresh in passes:
-            for cfg, _, _, built in entries.lookups(table, layout, M, N, K, count, exact, lays, fresh):
+            for cfg, _, built in entries.lookups(table, layout, M, N, K, count, exact, lays, fresh):
                 if check_config(cfg, limits) or borrowed_spills(cfg, built, layout, M, N, K, count, self.props.arch):
                     continue  # the next entry that can serve the shape
                 return cfg, name if fresh else "stale"

@@ -589,6 +589,40 @@ def test_layout_minb_builds_hold_nn_blocks_at_every_width_of_a(layout, build):
     assert fewer and (not isinstance(caps, dict) or sorted(fewer) == sorted(caps))
 
 
+# the model's builds of 16 x 8 thread tiles: those ptxas builds at builds.WIDE_A_PTXAS_LEVEL where A is read as stored
+WIDE = [t for t, c in builds.TILES.items() if (c["tm"], c["tn"]) == (16, 8)]
+WIDE_BUILDS = (WIDE + [f"{t} stream-K" for t in WIDE if t in builds.STREAM_K_TILES]
+               + [f"{t} summed" for t in WIDE if t in builds.SUMMED_TILES])
+
+
+def test_ptxas_level_only_for_16x8_tiles_with_a_read_as_stored():
+    """builds.ptxas_options: the level for the 16 x 8 thread tiles in TN and TT, not in NN or NT, not for other
+    tiles nor the tensor-core configs; the compiled kernel carries it, and the cache keeps the two builds apart."""
+    F, level = registry.FAMILY, f"--register-usage-level={builds.WIDE_A_PTXAS_LEVEL}"
+    wide, narrow = _build_params("128x128"), _build_params("64x128")
+    assert [builds.ptxas_options(wide, lay) for lay in ("TN", "TT", "NN", "NT")] == [(level,), (level,), (), ()]
+    assert builds.ptxas_options(narrow, "TN") == () and builds.ptxas_options({**wide, "tn": 16}, "TN") == ()
+    assert builds.ptxas_options(F.params({"tm": 8, "tn": 8, "mma": 3, "bm": 128, "bn": 128, "ln": 4}), "TN") == ()
+    tn, nn = F.compile(wide, "TN", arch="sm_90"), F.compile(wide, "NN", arch="sm_90")
+    assert f"--ptxas-options={level}" in tn.options and not any("usage-level" in o for o in nn.options)
+    plain = compiler.compile_file(F.file, entry=F.entry, defines=F.defines(wide, "TN"), arch="sm_90")
+    assert plain.key != tn.key
+
+
+@pytest.mark.parametrize("build", WIDE_BUILDS)
+def test_ptxas_level_keeps_blocks_an_sm_and_spills_none(build):
+    """The 16 x 8 builds at the raised level hold the blocks an SM they hold at ptxas's default (the model's blocks
+    per SM, fitted at the default), in TN and TT, A and B read 16 or 4 bytes at a time, without spills."""
+    F, arch = registry.FAMILY, "sm_90"
+    p = _build_params(build)
+    for layout in ("TN", "TT"):
+        for vec in (4, (4, 1, 1)):
+            k = F.compile(p, layout, arch=arch, vec=vec)
+            plain = compiler.compile_file(F.file, entry=F.entry, defines=F.defines(p, layout, vec), arch=arch)
+            assert k.key != plain.key and k.resources.spills == 0, (layout, vec)
+            assert _blocks(k, p, arch) == _blocks(plain, p, arch), (layout, vec, k.resources.registers)
+
+
 # (the code of access.ROW_CLASSES, the build that reads that class by rows), every build of every class
 BY_ROWS = [(code, build) for code, names in builds.BY_ROWS_BUILDS.items() for build in names]
 

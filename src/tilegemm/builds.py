@@ -215,6 +215,21 @@ def arch_minb(params: dict, layout: str, widths, arch: str | None) -> dict:
     return params if minb is None else {**params, "minb": minb}
 
 
+# ptxas's register usage level (0-10, its default 5) for the 16 x 8 thread tiles where A is read as stored (TN, TT:
+# copied 16 bytes at a time, not transposed): there ptxas's default schedule loads some k steps' fragments a few
+# instructions before their use.  Held out on 40 fresh TN and TT shapes whose picks were 128 x 128, 256 x 128 or
+# 128 x 256, level 7 took 0.993x the time, the 5 below 0.97x cuBLAS 0.936x -> 0.996x; in NN, not measured better
+# (1.008x on 25 shapes), it stays at the default (docs/perf-notes.md)
+WIDE_A_PTXAS_LEVEL = 7
+
+
+def ptxas_options(params: dict, layout: str) -> tuple[str, ...]:
+    """The options gemm.cu's build of ``params`` (every parameter given) in ``layout`` passes on to ptxas."""
+    if params["tm"] == 16 and params["tn"] == 8 and params["mma"] == 0 and layout[0] == "T":
+        return (f"--register-usage-level={WIDE_A_PTXAS_LEVEL}",)
+    return ()
+
+
 def current(name: str, cfg: dict) -> bool:
     """Whether ``cfg`` (a calibration row's config) is the tile config that candidate ``name`` runs
     now: rows measured with an earlier config of a tile are left out of the fit."""

@@ -286,14 +286,16 @@ def compile_source(
     defines: dict | None = None,
     arch: str | int | None = None,
     use_cache: bool = True,
+    ptxas: tuple[str, ...] = (),
 ) -> CompiledKernel:
-    """Compile CUDA ``source`` (named ``name``) into a cubin for ``arch``."""
+    """Compile CUDA ``source`` (named ``name``) into a cubin for ``arch``; ``ptxas``: options passed on to ptxas."""
     arch = normalize_arch(arch)
     options = [
         f"--gpu-architecture={arch}",
         "--std=c++17",
         f"--include-path={KERNEL_DIR}",
         "--ptxas-options=-v",
+        *(f"--ptxas-options={o}" for o in ptxas),
         *_define_options(defines),
     ]
     key_opts = [o for o in options if not o.startswith("--include-path")]  # headers are hashed instead
@@ -330,14 +332,15 @@ def compile_file(
     defines: dict | None = None,
     arch: str | int | None = None,
     use_cache: bool = True,
+    ptxas: tuple[str, ...] = (),
 ) -> CompiledKernel:
-    """Compile ``kernels/<filename>`` (or an absolute path) with ``defines`` for ``arch``.  A relative
-    name is always the package's kernel, never a file of that name in the working directory."""
+    """Compile ``kernels/<filename>`` (or an absolute path) with ``defines`` (and ``ptxas`` options) for ``arch``.
+    A relative name is always the package's kernel, never a file of that name in the working directory."""
     path = Path(filename)
     if not path.is_absolute():
         path = KERNEL_DIR / filename
     return compile_source(
-        path.name, path.read_text(), entry=entry, defines=defines, arch=arch, use_cache=use_cache
+        path.name, path.read_text(), entry=entry, defines=defines, arch=arch, use_cache=use_cache, ptxas=ptxas
     )
 
 

@@ -243,6 +243,48 @@ def test_register_bank_models():
     assert sass.width_bits("LDG.E.U8") == 8
 
 
+_LEADS = """
+.L_x_1:
+        /*0000*/                   LDS.128 R8, [R20] ;
+        /*0010*/                   LDS R12, [R20+0x10] ;
+        /*0020*/              @!PT LDS RZ, [RZ] ;
+        /*0030*/                   FFMA R0, R4, R5, R0 ;
+        /*0040*/                   FFMA R1, R11.reuse, R5, R1 ;
+        /*0050*/                   LDS.64 R4, [R20+0x20] ;
+        /*0060*/                   IADD3 R12, R20, 0x4, RZ ;
+        /*0070*/                   STS [R21], R13 ;
+        /*0080*/                   LDS R14, [R21] ;
+        /*0090*/                   LDG.E.64 R16, desc[UR4][R12.64] ;
+        /*00a0*/               @P0 BRA `(.L_x_1) ;
+"""
+
+
+def test_shared_load_leads():
+    """sass.load_leads: instructions from each executed shared load to the first read of a register it wrote, round
+    the loop; its width (LDS.128: four registers), reads through .reuse and register pairs, writes that come first."""
+    body = sass.main_loop(*sass.parse(_LEADS))
+    # LDS.128 R8..R11: R11 read by the FFMA 4 later (the never-executed LDS takes an issue slot, so it counts); LDS
+    # R12: written again by the IADD3 first -> 0; LDS.64 R4, R5: read by the first FFMA of the next iteration (5 to
+    # the loop's end, 4 into the next); LDS R14: never read -> 0 (back at itself, written again)
+    assert sass.load_leads(body) == [4, 0, 9, 0]
+    assert sass.inspect(_LEADS).lds_leads == (4, 0, 9, 0)
+    assert sass.load_leads(body, "LDG") == [0]  # R16, R17 never read
+    assert sass._registers("desc[UR4][R12.64], -R3, |R7|, R9.reuse") == {12, 13, 3, 7, 9}
+
+
+def test_family_fragments_are_read_in_the_loop_and_explained():
+    """Every shared load of the family's K loop is read there (a fragment), and ``tilegemm explain`` counts those read
+    fewer than sass.LATE_LOAD instructions later."""
+    from tilegemm.instruments import explain
+    F = registry.FAMILY
+    r = sass.inspect(sass.disassemble(F.compile(F.params(), arch="sm_90").cubin))
+    assert len(r.lds_leads) == sum(r.lds.values()) > 0 and all(x > 0 for x in r.lds_leads)
+    s = explain.build("gemm", shape=(4096, 4096, 4096), arch="sm_90", measure=False)["sass"]
+    assert s["shared_loads"] == len(r.lds_leads)
+    assert s["late_shared_loads"] == sum(x < sass.LATE_LOAD for x in r.lds_leads)
+    assert s["nearest_shared_load_use"] == min(r.lds_leads)
+
+
 def test_every_kernel_main_loop_is_found():
     for name in sorted(registry.RUNGS) + ["gemm"]:
         spec = registry.get(name)

@@ -74,6 +74,10 @@ def build(name: str, config: dict | None = None, shape=(4096, 4096, 4096), layou
         "hopper_bank_conflicts": hopper.bank_conflicts,
         "hopper_issue_ceiling": hopper.ffma / max(1, hopper.instructions + hopper.bank_conflicts),
         "tensor_core_mma": loop.hmma,  # HMMA (mma.sync) or HGMMA (wgmma): the tensor-core rungs' products
+        # shared loads read fewer than sass.LATE_LOAD instructions later (ptxas may load a k step's fragments just
+        # before it, whatever the source's double buffering says), and the nearest
+        "shared_loads": len(loop.lds_leads), "late_shared_loads": sum(0 < x < sass.LATE_LOAD for x in loop.lds_leads),
+        "nearest_shared_load_use": min((x for x in loop.lds_leads if x), default=None),
     }
     try:
         gpu_name, peaks = roofline.peaks_for(gpu or (props.name if props else None))
@@ -142,6 +146,10 @@ def render(report: dict, console) -> None:
               pick("STS"), str(s["mix"].get("BAR", 0)), f"{s['reuse_hits']}/{s['ffma_sources']}",
               str(s["register_bank_conflicts"]))
     console.print(t)
+    if s.get("shared_loads"):
+        console.print(f"  shared loads read fewer than {sass.LATE_LOAD} instructions later: "
+                      f"[bold]{s['late_shared_loads']}[/bold] of {s['shared_loads']} (nearest {s['nearest_shared_load_use']}); "
+                      f"with two warps a scheduler each such load stalls its warp (docs/perf-notes.md)")
     if s.get("tensor_core_mma"):
         console.print(f"  tensor-core mma instructions in the main loop: [bold]{s['tensor_core_mma']}[/bold] "
                       f"(the products; the FFMA columns and the issue ceiling apply to the FFMA kernels)")

@@ -200,6 +200,52 @@ def _sources(ins: Instr) -> list[tuple[int, int | None, bool]]:
 REG_BANK_MODELS = {"volta": (2, 3), "maxwell": (4, 2), "hopper": (2, 2)}  # (banks, reads that conflict)
 
 
+# A shared-memory load issued fewer than LATE_LOAD instructions of the loop before the first instruction that reads what
+# it loaded stalls its warp unless others fill the gap: a shared load takes about 30 cycles, and with two warps a
+# scheduler (the family's 16 x 8 tiles) 16 instructions of one warp fill about 32 (docs/perf-notes.md)
+LATE_LOAD = 16
+_REGS = re.compile(r"(?<![A-Z0-9_])R(\d+)(\.64)?")  # R5, R5.reuse, -R5, |R5|, [R5+0x10], R12.64 (a pair); not UR5
+
+
+def _registers(text: str) -> set[int]:
+    out = set()
+    for m in _REGS.finditer(text):
+        out.update(range(int(m.group(1)), int(m.group(1)) + (2 if m.group(2) else 1)))
+    return out
+
+
+def _written(ins: Instr) -> set[int]:
+    """The registers ``ins`` writes, as far as the load-use search needs: its first operand where that is a plain
+    register (a store's first operand is an address, read), as wide as the access for loads."""
+    m = re.fullmatch(r"R(\d+)", ins.operands[0]) if ins.operands else None
+    if not m:
+        return set()
+    n = width_bits(ins.op) // 32 if ins.base in _MEMORY else 1
+    return set(range(int(m.group(1)), int(m.group(1)) + max(1, n)))
+
+
+def load_leads(body: list[Instr], base: str = "LDS") -> list[int]:
+    """For each executed ``base`` load of the loop body ``body``: how many instructions later the first one that reads a
+    register it loaded comes, going round the loop (what the last k step loads, the next iteration reads); 0 where
+    none reads it before it is written again."""
+    out, n = [], len(body)
+    for i, ins in enumerate(body):
+        if ins.base != base or ins.pred == "@!PT" or not _written(ins):
+            continue
+        regs, lead = _written(ins), 0
+        for j in range(1, n + 1):
+            nxt = body[(i + j) % n]
+            dst = _written(nxt)
+            read = _registers(" ".join(nxt.operands[1:] if dst else nxt.operands))
+            if regs & read:
+                lead = j
+                break
+            if regs & dst:
+                break
+        out.append(lead)
+    return out
+
+
 @dataclass(frozen=True)
 class LoopReport:
     instructions: int
@@ -214,6 +260,7 @@ class LoopReport:
     lds: dict  # LDS width (bits) -> count
     ldg: dict
     hmma: int = 0  # tensor-core mma instructions (the products of the tf32x3 / tf32 kernels)
+    lds_leads: tuple = ()  # per shared load, instructions to the first read of what it loaded (load_leads)
 
 
 def register_bank_conflicts(body: list[Instr], model: str = "volta") -> tuple[int, int, int, int]:
@@ -248,7 +295,7 @@ def register_bank_conflicts(body: list[Instr], model: str = "volta") -> tuple[in
 
 
 def inspect(listing: str, model: str = "volta") -> LoopReport:
-    """The main loop's instruction mix, FFMA share, reuse and register-bank estimate."""
+    """The main loop's instruction mix, FFMA share, reuse, register-bank estimate and shared loads' leads."""
     instrs, labels = parse(listing)
     body = main_loop(instrs, labels)
     m = mix(body)
@@ -259,4 +306,5 @@ def inspect(listing: str, model: str = "volta") -> LoopReport:
         instructions=len(body), mix=dict(m), ffma=ffma, ffma_share=ffma / max(1, len(body)),
         reuse_operands=flags, reuse_hits=hits, ffma_sources=reads, bank_conflicts=extra,
         bank_model=model, lds=width("LDS"), ldg=width("LDG"), hmma=m.get("HMMA", 0) + m.get("HGMMA", 0),
+        lds_leads=tuple(load_leads(body)),
     )

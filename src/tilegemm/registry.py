@@ -317,7 +317,7 @@ FAMILY = KernelSpec(
     linear_grid=True,
     entry="tilegemm_gemm",
     runtime=("splits",), waits=True,
-    extra={"SK_SPREAD": builds.SK_SPREAD}, ptxas=builds.ptxas_options,  # builds.SK_SPREAD, builds.ptxas_options
+    extra={"SK_SPREAD": builds.SK_SPREAD}, ptxas=builds.ptxas_options,  # stream-K's shared adds; ptxas options by build
 )
 
 REDUCE = KernelSpec(

@@ -596,31 +596,37 @@ WIDE_BUILDS = (WIDE + [f"{t} stream-K" for t in WIDE if t in builds.STREAM_K_TIL
 
 
 def test_ptxas_level_only_for_16x8_tiles_with_a_read_as_stored():
-    """builds.ptxas_options: the level for the 16 x 8 thread tiles in TN and TT, not in NN or NT, not for other
-    tiles nor the tensor-core configs; the compiled kernel carries it, and the cache keeps the two builds apart."""
+    """builds.ptxas_options: the level for the 16 x 8 thread tiles in TN and TT, not in NN or NT, not for other tiles,
+    not where it spills (WIDE_A_PTXAS_SPILLS); the compiled kernel carries it, and it is another cubin, kept apart."""
     F, level = registry.FAMILY, f"--register-usage-level={builds.WIDE_A_PTXAS_LEVEL}"
     wide, narrow = _build_params("128x128"), _build_params("64x128")
     assert [builds.ptxas_options(wide, lay) for lay in ("TN", "TT", "NN", "NT")] == [(level,), (level,), (), ()]
     assert builds.ptxas_options(narrow, "TN") == () and builds.ptxas_options({**wide, "tn": 16}, "TN") == ()
-    assert builds.ptxas_options(F.params({"tm": 8, "tn": 8, "mma": 3, "bm": 128, "bn": 128, "ln": 4}), "TN") == ()
+    for build, layout, a in builds.WIDE_A_PTXAS_SPILLS:
+        p = _build_params(build)
+        assert builds.ptxas_options(p, layout, (a, 4, 4)) == () and builds.ptxas_options(p, layout, (4, 4, 4)) == (level,)
     tn, nn = F.compile(wide, "TN", arch="sm_90"), F.compile(wide, "NN", arch="sm_90")
     assert f"--ptxas-options={level}" in tn.options and not any("usage-level" in o for o in nn.options)
     plain = compiler.compile_file(F.file, entry=F.entry, defines=F.defines(wide, "TN"), arch="sm_90")
-    assert plain.key != tn.key
+    assert plain.key != tn.key and plain.cubin != tn.cubin
+
+
+# the widths (A, B, D) a TN and a TT product can be read at (TT's B, transposed, always 16 bytes)
+WIDTHS = {"TN": [(4, 4, 4), (2, 4, 4), (1, 4, 4), (4, 1, 1), (4, 3, 1), (1, 1, 1)],
+          "TT": [(4, 4, 4), (2, 4, 4), (1, 4, 4), (1, 4, 1)]}
 
 
 @pytest.mark.parametrize("build", WIDE_BUILDS)
 def test_ptxas_level_keeps_blocks_an_sm_and_spills_none(build):
-    """The 16 x 8 builds at the raised level hold the blocks an SM they hold at ptxas's default (the model's blocks
-    per SM, fitted at the default), in TN and TT, A and B read 16 or 4 bytes at a time, without spills."""
+    """The 16 x 8 builds as dispatch compiles them in TN and TT, at every access width of A, and of B and the result
+    in TN, spill nothing and hold minb blocks an SM, as at ptxas's default (the model's blocks per SM, fitted there)."""
     F, arch = registry.FAMILY, "sm_90"
     p = _build_params(build)
-    for layout in ("TN", "TT"):
-        for vec in (4, (4, 1, 1)):
+    assert _blocks(F.compile(p, "NN", arch=arch), p, arch) == p["minb"]
+    for layout, widths in WIDTHS.items():
+        for vec in widths:
             k = F.compile(p, layout, arch=arch, vec=vec)
-            plain = compiler.compile_file(F.file, entry=F.entry, defines=F.defines(p, layout, vec), arch=arch)
-            assert k.key != plain.key and k.resources.spills == 0, (layout, vec)
-            assert _blocks(k, p, arch) == _blocks(plain, p, arch), (layout, vec, k.resources.registers)
+            assert k.resources.spills == 0 and _blocks(k, p, arch) == p["minb"], (layout, vec, k.resources.registers)
 
 
 # (the code of access.ROW_CLASSES, the build that reads that class by rows), every build of every class

@@ -215,17 +215,21 @@ def arch_minb(params: dict, layout: str, widths, arch: str | None) -> dict:
     return params if minb is None else {**params, "minb": minb}
 
 
-# ptxas's register usage level (0-10, its default 5) for the 16 x 8 thread tiles where A is read as stored (TN, TT:
-# copied 16 bytes at a time, not transposed): there ptxas's default schedule loads some k steps' fragments a few
-# instructions before their use.  Held out on 40 fresh TN and TT shapes whose picks were 128 x 128, 256 x 128 or
-# 128 x 256, level 7 took 0.993x the time, the 5 below 0.97x cuBLAS 0.936x -> 0.996x; in NN, not measured better
-# (1.008x on 25 shapes), it stays at the default (docs/perf-notes.md)
+# ptxas's register usage level (0-10, its default 5) for the 16 x 8 thread tiles where A is read as stored (TN, TT).
+# Held out on 40 fresh TN and TT shapes whose picks were 128 x 128, 256 x 128 or 128 x 256, level 7 took 0.993x the
+# time, the 5 below 0.97x cuBLAS 0.936x -> 0.996x; in NN it ran 1.008x (25 shapes) and stays at the default.  Why is
+# not known: these builds' fragment loads do not lie further from their use at level 7 (sass.load_leads,
+# docs/perf-notes.md).  Not where the level spills: (build, layout, A's access width in floats)
 WIDE_A_PTXAS_LEVEL = 7
+WIDE_A_PTXAS_SPILLS = {("128x128 stream-K", "TT", 1)}  # 68 bytes spilled at level 7 (none at the default)
 
 
-def ptxas_options(params: dict, layout: str) -> tuple[str, ...]:
-    """The options gemm.cu's build of ``params`` (every parameter given) in ``layout`` passes on to ptxas."""
-    if params["tm"] == 16 and params["tn"] == 8 and params["mma"] == 0 and layout[0] == "T":
+def ptxas_options(params: dict, layout: str, widths=4) -> tuple[str, ...]:
+    """The options gemm.cu's build of ``params`` (every parameter given) in ``layout``, its operands read at
+    ``widths`` (one access width in floats, or (A, B, D)), passes on to ptxas."""
+    a = widths if isinstance(widths, int) else widths[0]
+    if params["tm"] == 16 and params["tn"] == 8 and layout[0] == "T" \
+            and (_build_of(params), layout, a) not in WIDE_A_PTXAS_SPILLS:
         return (f"--register-usage-level={WIDE_A_PTXAS_LEVEL}",)
     return ()
 

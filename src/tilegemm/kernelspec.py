@@ -46,7 +46,7 @@ class KernelSpec:
     precision: str = "fp32"  # what a rung computes (PRECISIONS); the family's follows its "mma"
     extra: dict = dataclasses.field(default_factory=dict)  # fixed defines (e.g. TG_MMA_PASSES)
     archs: tuple = ()  # the only archs it compiles for (e.g. ("sm_90a",): Hopper-only PTX); () = any
-    ptxas: Callable[[dict, str], tuple] = lambda p, layout: ()  # options for ptxas by parameters and layout
+    ptxas: Callable[[dict, str, object], tuple] = lambda p, layout, vec: ()  # ptxas options by params, layout, widths
 
     def target(self, arch) -> str:
         """The arch to compile for: ``arch`` (normalised), or for a kernel that needs an "a" variant
@@ -136,7 +136,7 @@ class KernelSpec:
         self.check(p, limits or Limits.for_arch(arch))
         return compiler.compile_file(
             self.file, entry=self.entry, defines=self.defines(p, layout, vec, wide), arch=arch,
-            use_cache=use_cache, ptxas=self.ptxas(p, layout),
+            use_cache=use_cache, ptxas=self.ptxas(p, layout, vec),
         )
 
     def threads(self, params: dict) -> int:

@@ -611,8 +611,9 @@ def test_ptxas_level_only_for_16x8_tiles_with_a_read_as_stored():
     assert plain.key != tn.key and plain.cubin != tn.cubin
 
 
-# the widths (A, B, D) a TN and a TT product can be read at (TT's B, transposed, always 16 bytes)
-WIDTHS = {"TN": [(4, 4, 4), (2, 4, 4), (1, 4, 4), (4, 1, 1), (4, 3, 1), (1, 1, 1)],
+# the widths (A, B, D) a TN and a TT product can be read at (TT's B, transposed, always 16 bytes); B's rows of odd
+# length or twice an odd length by rows (access.ROW_CLASSES) where the build takes them
+WIDTHS = {"TN": [(4, 4, 4), (2, 4, 4), (1, 4, 4), (4, 1, 1), (1, 1, 1)],
           "TT": [(4, 4, 4), (2, 4, 4), (1, 4, 4), (1, 4, 1)]}
 
 
@@ -623,8 +624,11 @@ def test_ptxas_level_keeps_blocks_an_sm_and_spills_none(build):
     F, arch = registry.FAMILY, "sm_90"
     p = _build_params(build)
     assert _blocks(F.compile(p, "NN", arch=arch), p, arch) == p["minb"]
+    rows = [(4, code, 1) for code in access.ROW_CLASSES
+            if (q := builds.by_rows(p, code)) is not None and code in registry.family_row_classes(q)]
+    assert builds.by_rows(p, access.ODD_ROWS) is None or rows  # the builds reading odd rows by rows are checked so
     for layout, widths in WIDTHS.items():
-        for vec in widths:
+        for vec in widths + (rows if layout == "TN" else []):
             k = F.compile(p, layout, arch=arch, vec=vec)
             assert k.resources.spills == 0 and _blocks(k, p, arch) == p["minb"], (layout, vec, k.resources.registers)
 

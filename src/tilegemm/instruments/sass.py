@@ -217,8 +217,8 @@ def _registers(text: str) -> set[int]:
 def _written(ins: Instr) -> set[int]:
     """The registers ``ins`` writes, as far as the load-use search needs: its first operand where that is a plain
     register (a store's first operand is an address, read), as wide as the access for loads."""
-    m = re.fullmatch(r"R(\d+)", ins.operands[0]) if ins.operands else None
-    if not m:
+    m = _REG.match(ins.operands[0]) if ins.operands else None
+    if not m or m.group(1) == "Z":
         return set()
     n = width_bits(ins.op) // 32 if ins.base in _MEMORY else 1
     return set(range(int(m.group(1)), int(m.group(1)) + max(1, n)))

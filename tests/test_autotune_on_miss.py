@@ -83,7 +83,7 @@ def test_autotune_on_miss_returns_the_fastest_and_writes_the_cache(fake_gpu, mon
     assert len(files) == 1
     written = json.loads(files[0].read_text())["entries"]
     entry = {"config": cands[3], "tflops": pytest.approx(2 * 777 * 999 * 1111 / 1e9), "ms": 1.0,
-             "shape": [777, 999, 1111, 1], "ran_as": "NN"}
+             "shape": [777, 999, 1111, 1], "ran_as": "NN", "ptxas": []}
     assert written == {entries.entry_key("NN", entries.bucket(*KEY[1:])): entry,
                        entries.shape_key("NN", *KEY[1:]): entry}
     assert selection.select(0, *KEY) == (cands[3], "tuned")

@@ -1,6 +1,7 @@
 """GPU-free: the family's constraints, the tuner's candidate enumeration and pruning, the tuning
 cache (keys, concurrent writers, corrupt files) and the shipped tables."""
 
+import dataclasses
 import json
 import multiprocessing as mp
 import os
@@ -11,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tilegemm import access, autotune, compiler, entries, registry
+from tilegemm import access, autotune, builds, compiler, entries, registry
 from tilegemm import selection as tuning
 from tilegemm.occupancy import Limits
 
@@ -273,18 +274,36 @@ def test_a_borrowed_config_is_checked_in_the_layout_its_kernel_runs(monkeypatch,
 def test_an_entry_records_the_run_it_measured_and_knows_when_that_run_no_longer_happens():
     cfg = {**tuning.BIG, "splits": 1}
     res = {"config": cfg, "tflops": 50.0, "ms": 2.0}
-    assert entries.measured("NT", 4096, 4096, 4096, 1, res) == {**res, "shape": [4096, 4096, 4096, 1], "ran_as": "NN"}
+    assert entries.measured("NT", 4096, 4096, 4096, 1, res) == {**res, "shape": [4096, 4096, 4096, 1], "ran_as": "NN",
+                                                                 "ptxas": []}
     assert entries.measured("NT", 1024, 4096, 4096, 1, res)["ran_as"] == "NT"  # below the rule's bound
     assert entries.measured("TT", 4096, 4096, 4096, 1, res)["ran_as"] == "TN"
     assert entries.measured("TT", 4096, 4096, 4096, 1, {**res, "config": {**cfg, "stages": 0}})["ran_as"] == "TT"
     tt = entries.measured("TT", 4096, 4096, 4096, 1, res)
     assert entries.current(tt, "TT") and not entries.current({**tt, "ran_as": "TT"}, "TT")  # measured as TT: stale
     assert entries.current({**tt, "shape": [1024, 4096, 4096, 1], "ran_as": "TT"}, "TT")
-    legacy = {"config": cfg, "shape": [4096, 4096, 4096, 1]}  # written before entries recorded their run
+    wide = {**cfg, "tm": 8, "ln": 4, "minb": 0}  # 8 x 8 a thread: built with no ptxas options in any layout
+    legacy = {"config": wide, "shape": [4096, 4096, 4096, 1]}  # written before entries recorded their run
     assert entries.current(legacy, "NN") and entries.current(legacy, "TN")  # never transposed
     assert not entries.current(legacy, "NT") and not entries.current(legacy, "TT")  # not known
     assert entries.current({"config": cfg}, "NN") and not entries.current({"config": cfg}, "TT")  # no shape either
     assert [found[2] for found in entries.lookups({"TT:=4096x4096x4096x1": legacy}, "TT", 4096, 4096, 4096, 1)] == [None]
+
+
+def test_an_entry_records_the_ptxas_options_of_its_build_and_is_stale_when_they_change(monkeypatch):
+    """A 16 x 8 tile run as TN is built at ptxas's register usage level builds.WIDE_A_PTXAS_LEVEL: its entry records
+    that; one measured before (no record: no options then) or under another rule measured another build."""
+    cfg = {**tuning.BIG, "splits": 1}
+    res = {"config": cfg, "tflops": 50.0, "ms": 2.0}
+    level = [f"--register-usage-level={builds.WIDE_A_PTXAS_LEVEL}"]
+    tn = entries.measured("TN", 4096, 4096, 4096, 1, res)
+    assert tn["ptxas"] == level and entries.measured("NN", 4096, 4096, 4096, 1, res)["ptxas"] == []
+    assert entries.current(tn, "TN") and entries.current(entries.measured("NN", 4096, 4096, 4096, 1, res), "NN")
+    assert not entries.current({k: v for k, v in tn.items() if k != "ptxas"}, "TN")  # measured with none
+    assert not entries.current({**tn, "ptxas": ["--register-usage-level=5"]}, "TN")
+    # the rule moves: the entry measured under the old one is stale, one measured under the new one current
+    monkeypatch.setattr(registry, "FAMILY", dataclasses.replace(registry.FAMILY, ptxas=lambda p, layout, vec: ()))
+    assert not entries.current(tn, "TN") and entries.current({**tn, "ptxas": []}, "TN")
 
 
 def test_stale_entries_come_after_every_current_one(monkeypatch, tmp_path):
@@ -295,13 +314,14 @@ def test_stale_entries_come_after_every_current_one(monkeypatch, tmp_path):
     old, tn, nn = ({**tuning.BIG, "splits": 1, "sk": k} for k in (0, 1, 2))
     shape = [4096, 4096, 4096, 1]
     stale = {entries.shape_key("TT", *shape): {"config": old, "shape": shape, "ran_as": "TT"}}
-    sel._user, sel._shipped = stale, {entries.entry_key("TN", entries.bucket(*shape)): {"config": tn, "shape": shape}}
+    rec = lambda layout, cfg: entries.measured(layout, *shape, {"config": cfg, "tflops": 1, "ms": 1})  # noqa: E731
+    sel._user, sel._shipped = stale, {entries.entry_key("TN", entries.bucket(*shape)): rec("TN", tn)}
     assert sel.source("TT", *shape) == (tn, "shipped")
-    sel._shipped = {entries.entry_key("NN", entries.bucket(*shape)): {"config": nn, "shape": shape}}
+    sel._shipped = {entries.entry_key("NN", entries.bucket(*shape)): rec("NN", nn)}
     assert sel.source("TT", *shape) == (nn, "shipped")
     sel._shipped = {}
     assert sel.source("TT", *shape) == (old, "stale")
-    sel._user = {entries.shape_key("TT", *shape): {"config": old, "shape": shape, "ran_as": "TN"}}
+    sel._user = {entries.shape_key("TT", *shape): rec("TT", old)}
     assert sel.source("TT", *shape) == (old, "tuned")
 
 

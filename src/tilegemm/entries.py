@@ -1,13 +1,17 @@
 """Tuned entries: what the user's tuning cache and the shipped tables hold, and which of them can serve a shape.
 
-An entry is a config measured on one product: {"config", "tflops", "ms", "shape": [M, N, K, count], "ran_as"}.  The
+An entry is a config measured on one product: {"config", "tflops", "ms", "shape": [M, N, K, count], "ran_as",
+"ptxas"}.  The
 tuning cache keys it twice, by that shape (``shape_key``) and by the shape's bucket (``entry_key``); a shipped table
 by the bucket.  "ran_as" is the layout
 in which the family ran the measured product: an NT or TT product whose B it transposes first runs as NN or TN
 (access.family_layout).  The rule that decides that moves when measurements move it, and an entry measured under
 another rule measured a run that no longer happens: ``current`` tells such entries apart, and the selection takes them
 only after every current one (selection.py).  An entry written before entries kept "ran_as" ran an NN or TN product
-in its own layout; how it ran an NT or TT product is not known, so such an entry is not current.
+in its own layout; how it ran an NT or TT product is not known, so such an entry is not current.  "ptxas" is what
+the build that ran it passed on to ptxas (registry.FAMILY.ptxas: builds.ptxas_options); it moves the build's schedule,
+so an entry measured with other options measured another build and is not current either.  An entry written before
+entries kept "ptxas" was measured with none: the family passed none then.
 """
 
 from __future__ import annotations
@@ -46,8 +50,17 @@ def shape_key(layout: str, M: int, N: int, K: int, count: int) -> str:
 def measured(layout: str, M: int, N: int, K: int, count: int, result: dict) -> dict:
     """The entry of a tuning's winner (``result``: its "config", "tflops" and "ms") on this product of ``layout``:
     with the shape and the layout the family ran it in."""
-    run = access.family_layout(registry.FAMILY.params(result["config"]), layout, M, N, K, count)
-    return {**{k: result[k] for k in ("config", "tflops", "ms")}, "shape": [M, N, K, count], "ran_as": run}
+    p = registry.FAMILY.params(result["config"])
+    run = access.family_layout(p, layout, M, N, K, count)
+    return {**{k: result[k] for k in ("config", "tflops", "ms")}, "shape": [M, N, K, count], "ran_as": run,
+            "ptxas": ptxas(p, run, M, N, K, count)}
+
+
+def ptxas(params: dict, run: str, M: int, N: int, K: int, count: int) -> list[str]:
+    """What the build of ``params`` that runs this product in ``run`` (its operands contiguous, as a tuning times
+    them) passes on to ptxas."""
+    a, b = access.row_widths(run, M, N, K, count)
+    return list(registry.FAMILY.ptxas(params, run, (a, b, access.out_width(N))))
 
 
 def ran_as(entry: dict, layout: str) -> str | None:
@@ -58,13 +71,15 @@ def ran_as(entry: dict, layout: str) -> str | None:
 
 def current(entry: dict, layout: str) -> bool:
     """Whether the entry's measured product, an entry of ``layout``, would run today as it ran when measured (the
-    config in the layout access.family_layout gives): where not, or not known, it measured another run.  An entry
-    without a shape is current where its run is known; one whose config is not the family's is not."""
+    config in the layout access.family_layout gives, built with the same ptxas options): where not, or not known, it
+    measured another run.  An entry without a shape is current where its run is known; one whose config is not the
+    family's is not."""
     shape, run = entry.get("shape"), ran_as(entry, layout)
     if not shape or run is None:
         return run is not None
     try:
-        return run == access.family_layout(registry.FAMILY.params(entry["config"]), layout, *shape)
+        p = registry.FAMILY.params(entry["config"])
+        return run == access.family_layout(p, layout, *shape) and entry.get("ptxas", []) == ptxas(p, run, *shape)
     except ConfigError:
         return False
 

@@ -301,6 +301,16 @@ def test_an_entry_records_the_ptxas_options_of_its_build_and_is_stale_when_they_
     assert entries.current(tn, "TN") and entries.current(entries.measured("NN", 4096, 4096, 4096, 1, res), "NN")
     assert not entries.current({k: v for k, v in tn.items() if k != "ptxas"}, "TN")  # measured with none
     assert not entries.current({**tn, "ptxas": ["--register-usage-level=5"]}, "TN")
+    # the options of the build as it ran the product: A's rows read 4 bytes at a time (TT of 1023 rows, not copied in a
+    # batch) take the spill exception's default, copied into aligned rows the level
+    sk = {**builds.TILES["128x128"], "splits": 1, "sk": 1}
+    assert ("128x128 stream-K", "TT", 1) in builds.WIDE_A_PTXAS_SPILLS
+    assert entries.measured("TT", 1023, 300, 4096, 1, {**res, "config": sk})["ptxas"] == []
+    assert entries.measured("TT", 1023, 4096, 4096, 2, {**res, "config": sk})["ptxas"] == []
+    assert entries.measured("TT", 1023, 4096, 4096, 1, {**res, "config": sk})["ptxas"] == level
+    # an entry without a shape: compared with its build reading 16 bytes at a time
+    assert not entries.current({"config": cfg, "ran_as": "TN"}, "TN")
+    assert entries.current({"config": cfg, "ran_as": "TN", "ptxas": level}, "TN")
     # the rule moves: the entry measured under the old one is stale, one measured under the new one current
     monkeypatch.setattr(registry, "FAMILY", dataclasses.replace(registry.FAMILY, ptxas=lambda p, layout, vec: ()))
     assert not entries.current(tn, "TN") and entries.current({**tn, "ptxas": []}, "TN")

@@ -1,17 +1,17 @@
 """Tuned entries: what the user's tuning cache and the shipped tables hold, and which of them can serve a shape.
 
-An entry is a config measured on one product: {"config", "tflops", "ms", "shape": [M, N, K, count], "ran_as",
-"ptxas"}.  The tuning cache keys it twice, by that shape (``shape_key``) and by the shape's bucket (``entry_key``); a
-shipped table by the bucket.  "ran_as" is the layout in which the family ran the measured product: an NT or TT product
-whose B it transposes first runs as NN or TN (access.family_layout).  The rule that decides that moves when
-measurements move it, and an entry measured under another rule measured a run that no longer happens: ``current`` tells such entries apart, and the selection takes them
-only after every current one (selection.py).  An entry written before entries kept "ran_as" ran an NN or TN product
-in its own layout; how it ran an NT or TT product is not known, so such an entry is not current.  "ptxas" is what
-the build that ran it passed on to ptxas (registry.FAMILY.ptxas: builds.ptxas_options); it moves the build's schedule,
-so an entry measured with other options measured another build and is not current either.  An entry without "ptxas"
-is taken as measured with none, as the family built every kernel before builds.ptxas_options; the few 16 x 8 tiles
-tuned in TN or TT after that rule and before entries kept "ptxas" are thus stale too, and tuned again where they serve
-alone.  An entry without a shape is compared with the options of its build reading 16 bytes at a time.
+An entry is a config measured on one product: {"config", "tflops", "ms", "shape": [M, N, K, count], "ran_as", "ptxas"}.
+The tuning cache keys it twice, by that shape (``shape_key``) and by the shape's bucket (``entry_key``); a shipped table
+by the bucket.  "ran_as" is the layout in which the family ran the measured product: an NT or TT product whose B it
+transposes first runs as NN or TN (access.family_layout).  The rule that decides that moves when measurements move it,
+and an entry measured under another rule measured a run that no longer happens: ``current`` tells such entries apart,
+and the selection takes them only after every current one (selection.py).  An entry written before entries kept "ran_as"
+ran an NN or TN product in its own layout; how it ran an NT or TT product is not known, so such an entry is not current.
+"ptxas" is what the build that ran it passed on to ptxas (registry.FAMILY.ptxas: builds.ptxas_options); it moves the
+build's schedule, so an entry measured with other options measured another build and is not current either.  An entry
+without "ptxas" is taken as measured with none, as the family built every kernel before builds.ptxas_options; the few
+16 x 8 tiles tuned in TN or TT after that rule and before entries kept "ptxas" are thus stale too, and tuned again where
+they serve alone.  An entry without a shape is compared with the options of its build reading 16 bytes at a time.
 """
 
 from __future__ import annotations

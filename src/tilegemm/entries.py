@@ -79,9 +79,8 @@ def current(entry: dict, layout: str) -> bool:
         return False
     try:
         p = registry.FAMILY.params(entry["config"])
-        if not shape:
-            return entry.get("ptxas", []) == list(registry.FAMILY.ptxas(p, run, 4))
-        return run == access.family_layout(p, layout, *shape) and entry.get("ptxas", []) == ptxas(p, run, *shape)
+        built = ptxas(p, run, *shape) if shape else list(registry.FAMILY.ptxas(p, run, 4))
+        return (not shape or run == access.family_layout(p, layout, *shape)) and entry.get("ptxas", []) == built
     except ConfigError:
         return False
 

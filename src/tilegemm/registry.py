@@ -283,9 +283,9 @@ FAMILY_CONSTRAINTS = (
        lambda p, lim: p["minb"] >= 0 and p["minb"] * family_threads(p) <= lim.max_threads_per_sm
        and p["minb"] * (family_smem(p) + 1024) <= lim.smem_per_sm
        and family_regs_estimate(p) <= min(255, lim.regs_per_sm // max(1, p["minb"] * family_threads(p)))),
-    _SWIZZLE, _c("splits >= 1", lambda p, lim: p["splits"] >= 1),
-    _c("order is 0 (FFMAs row by row) or 1 (serpentine rows), lanes 0 (a warp's threads row by row) or 1 (quarter-warp "
-       "blocks)", lambda p, lim: p["order"] in (0, 1) and p["lanes"] in (0, 1)),
+    _SWIZZLE,
+    _c("splits >= 1", lambda p, lim: p["splits"] >= 1),
+    _c("order is 0 (FFMAs row by row) or 1 (serpentine rows)", lambda p, lim: p["order"] in (0, 1)),
     _c("sk is 0 (a block per tile), 1 (stream-K, which takes splits = 1) or 2 (split-K summed in the kernel)",
        lambda p, lim: p["sk"] in (0, 1, 2) and (p["sk"] != 1 or p["splits"] == 1)),
     _c("mma is 0 (FFMA), 1 (TF32 tensor cores) or 3 (TF32x3)", lambda p, lim: p["mma"] in (0, 1, 3)),
@@ -307,7 +307,7 @@ FAMILY = KernelSpec(
     source="beyond the sources: rung 8 generalised (docs/perf-notes.md)",
     # the best config of the H100/H200 sweeps at 4096^3 and 8192^3 (selection.HUGE; rung 8's shape)
     defaults={"bm": 256, "bn": 128, "bk": 8, "tm": 16, "tn": 8, "ln": 2, "minb": 1, "swizzle": 8,
-              "stages": 3, "splits": 1, "order": 1, "lanes": 1, "sk": 0, "mma": 0, "ks": 1},
+              "stages": 3, "splits": 1, "order": 1, "sk": 0, "mma": 0, "ks": 1},
     block=lambda p: (family_threads(p), 1, 1),
     tile=lambda p: (p["bm"], p["bn"]),
     smem=family_smem,

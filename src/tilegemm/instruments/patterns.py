@@ -181,25 +181,15 @@ def _rung5(p, layout):
     return _blocked_map(p["bm"], p["bn"], p["bk"], p["rm"], p["rn"], layout, threads)
 
 
-def lane_cell(lane: int, ln: int, lanes: int = 0) -> tuple[int, int]:
-    """gemm.cu's lane_row and lane_col: the (row, column) of ``lane`` in its warp's (32/ln) x ln grid of
-    threads; ``lanes`` 0 row by row, 1 (ln 8 or 4) in quarter-warp blocks (gemm.cu, LANES)."""
-    if lanes == 1 and ln == 8:
-        return (lane >> 2) & 1 | (lane >> 4) << 1, lane & 3 | ((lane >> 3) & 1) << 2
-    if lanes == 1 and ln == 4:
-        return (lane >> 1) & 3 | ((lane >> 3) & 1) << 2, lane & 1 | (lane >> 4) << 1
-    return lane // ln, lane % ln
-
-
-def _warp_map(bm, bn, bk, tm, tn, ln, layout, staged, stages=0, ks=1, lanes=0):
+def _warp_map(bm, bn, bk, tm, tn, ln, layout, staged, stages=0, ks=1):
     """Rungs 6-8 and the family: warps of (32/ln) x ln threads, 4 x 4 patches, rows padded by 4;
     tiles through registers (stages = 0, two buffers) or copied by cp.async (stages buffers);
     ks k slices (the family's KS): ks such thread grids share the copies, slice s reading k rows
-    s * bk / ks.. of each tile, then handing its sums over; ``lanes``: lane_cell's."""
+    s * bk / ks.. of each tile, then handing its sums over."""
     rows_t, cols_t = bm // tm, bn // tn
     threads, lm, warps_n = rows_t * cols_t, 32 // ln, cols_t // ln  # threads of one slice
-    tr = lambda t: (t % threads // 32 // warps_n) * lm + lane_cell(t % 32, ln, lanes)[0]
-    tc = lambda t: (t % threads // 32 % warps_n) * ln + lane_cell(t % 32, ln, lanes)[1]
+    tr = lambda t: (t % threads // 32 // warps_n) * lm + t % 32 // ln
+    tc = lambda t: (t % threads // 32 % warps_n) * ln + t % 32 % ln
     lda_s, ldb_s = bm + 4, bn + 4
     first = lambda t: t // threads * (bk // ks)  # the slice's first k row of a tile
     b_base = max(2, stages) * bk * lda_s
@@ -224,8 +214,7 @@ def _rung8(p, layout):  # 256 x 128 tile, 16 x 8 threads, cp.async stages
 
 
 def _family(p, layout):
-    acc = _warp_map(p["bm"], p["bn"], p["bk"], p["tm"], p["tn"], p["ln"], layout, False, p["stages"], p.get("ks", 1),
-                    p.get("lanes", 0))
+    acc = _warp_map(p["bm"], p["bn"], p["bk"], p["tm"], p["tn"], p["ln"], layout, False, p["stages"], p.get("ks", 1))
     return acc + (_placeholders("gemm", p, layout, p["bk"], p["stages"]) if p["stages"] else [])
 
 

@@ -10,10 +10,6 @@
 //   TM, TN     thread tile, each split into 4 x 4 patches (GEMM illustrated §5.2, docs/sources.md)
 //              so every fragment read is one LDS.128 and a quarter-warp reads one contiguous run of B
 //   LN         lanes of a warp along N (the warp is 32/LN x LN threads)
-//   LANES      which lane is which thread of the warp's 32/LN x LN grid: 0 row by row (rung 8); 1 (where LN is 4
-//              or 8; elsewhere as 0) each quarter-warp a 2 x 4 (LN 8) or 4 x 2 (LN 4) block of it, the two
-//              quarters of each pair apart along N (LN 8) or M (LN 4), so that a pair reads its fragments'
-//              float4s in one shared-memory wavefront: the B fragment's LDS.128 takes 2, not 4 (lane_row)
 //   MINB       blocks per SM asked of ptxas (__launch_bounds__); 0: no request
 //   SWIZZLE    block rows per group of the 1-D block order (L2 reuse, rung 8); 0/1: off
 //   STAGES     0: tiles pass through registers into two shared buffers (rung 8's pipeline);
@@ -75,9 +71,6 @@
 #ifndef LN
 #define LN 8
 #endif
-#ifndef LANES
-#define LANES 1
-#endif
 #ifndef MINB
 #define MINB 2
 #endif
@@ -125,7 +118,6 @@
 static_assert(TM % 4 == 0 && TN % 4 == 0, "thread tiles are made of 4 x 4 patches");
 static_assert(BM % TM == 0 && BN % TN == 0, "the thread tile divides the block tile");
 static_assert(32 % LN == 0 && COLS_T % LN == 0 && ROWS_T % LM == 0, "warps tile the block");
-static_assert(LANES == 0 || LANES == 1, "LANES is 0 (row by row) or 1 (quarter-warp blocks)");
 static_assert(NT % 32 == 0 && NT <= 1024, "whole warps, at most 1024 threads");
 static_assert(BK % 4 == 0, "BK is a multiple of 4 (float4 loads along k)");
 static_assert(STAGES == 0 || (STAGES >= 2 && STAGES <= 8), "STAGES is 0 or 2..8");
@@ -142,30 +134,6 @@ static_assert(SK >= 0 && SK <= 2, "SK is 0 (a block per tile), 1 (stream-K) or 2
 #else
 #define TG_BOUNDS __launch_bounds__(NT)
 #endif
-
-// Lane l of a warp is thread (lane_row(l), lane_col(l)) of the warp's LM x LN grid; lane_at is the inverse.
-// LANES 1: lane bits 0-1 | 2 | 3 | 4 are column bits 0-1 | row bit 0 | column bit 2 | row bit 1 (LN 8), or
-// column bit 0 | row bits 0-1 (bits 1-2) | row bit 2 | column bit 1 (LN 4).  A quarter-warp then reads 2 float4s of
-// A and 4 of B (LN 8), or 4 and 2 (LN 4), and the pair of quarters 0-1 (2-3) either reads the same two or the
-// two halves of a 128-byte run: one wavefront (instruments/banks.py, "hopper").  Row by row, every quarter reads
-// all LN float4s of B, and its pair the same ones: two wavefronts a pair.  The set of (row, column) a warp holds
-// is the same either way, so its epilogue stores cover the same bytes.
-constexpr bool QUAD_LANES = LANES == 1 && (LN == 8 || LN == 4);
-__device__ __forceinline__ int lane_row(int l) {
-    if (QUAD_LANES && LN == 8) return ((l >> 2) & 1) | ((l >> 4) << 1);
-    if (QUAD_LANES) return ((l >> 1) & 3) | (((l >> 3) & 1) << 2);
-    return l / LN;
-}
-__device__ __forceinline__ int lane_col(int l) {
-    if (QUAD_LANES && LN == 8) return (l & 3) | (((l >> 3) & 1) << 2);
-    if (QUAD_LANES) return (l & 1) | ((l >> 4) << 1);
-    return l % LN;
-}
-__device__ __forceinline__ int lane_at(int r, int c) {
-    if (QUAD_LANES && LN == 8) return (c & 3) | ((r & 1) << 2) | ((c >> 2) << 3) | ((r >> 1) << 4);
-    if (QUAD_LANES) return (c & 1) | ((r & 3) << 1) | ((r >> 2) << 3) | ((c >> 1) << 4);
-    return r * LN + c;
-}
 
 // the 4*P values a thread needs from one k-row of a tile: P float4s, STRIDE floats apart
 template <int P, int STRIDE>
@@ -235,7 +203,6 @@ __device__ __forceinline__ void epilogue(float (*acc)[TN], float *D, tg_idx ldd,
 __device__ __forceinline__ void epilogue_pairs(float (*acc)[TN], float *D, tg_idx ldd, int m0, int n0, int tr,
                                                int tc, float alpha) {
     const int run = tc % LN;  // this lane's place in its warp's run of LN lanes along the row
-    const int lane = threadIdx.x % 32, right = run < LN - 1 ? lane_at(lane_row(lane), run + 1) : lane;
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
         float *row = D + (tg_idx)(m0 + (i / 4) * RSTEP + tr * 4 + i % 4) * ldd;
@@ -245,7 +212,7 @@ __device__ __forceinline__ void epilogue_pairs(float (*acc)[TN], float *D, tg_id
             const int n = n0 + p * CSTEP + tc * 4;
             const float r0 = alpha * acc[i][4 * p], r1 = alpha * acc[i][4 * p + 1];
             const float r2 = alpha * acc[i][4 * p + 2], r3 = alpha * acc[i][4 * p + 3];
-            const float next = __shfl_sync(0xffffffff, r0, right);  // column n + 4 (unless run == LN - 1)
+            const float next = __shfl_down_sync(0xffffffff, r0, 1);  // column n + 4 (unless run == LN - 1)
             if (!shift) {
                 *reinterpret_cast<float2 *>(row + n) = make_float2(r0, r1);
                 *reinterpret_cast<float2 *>(row + n + 2) = make_float2(r2, r3);
@@ -495,8 +462,8 @@ extern "C" __global__ void TG_BOUNDS tilegemm_gemm(
 #if MMA  // tg_mma.cuh's lane layout: warp rows of 64, columns of 32
     const int tr = (warp / WN_MMA) * 16 + lane / 4, tc = (warp % WN_MMA) * 8 + 2 * (lane % 4);
 #else
-    const int tr = (warp / WARPS_N) * LM + lane_row(lane);  // 0 .. ROWS_T-1
-    const int tc = (warp % WARPS_N) * LN + lane_col(lane);  // 0 .. COLS_T-1
+    const int tr = (warp / WARPS_N) * LM + lane / LN;  // 0 .. ROWS_T-1
+    const int tc = (warp % WARPS_N) * LN + lane % LN;  // 0 .. COLS_T-1
 #endif
 #if SK == 0
     // which product, which k range (C and D are offset after the main loop: fewer live registers)

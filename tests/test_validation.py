@@ -450,6 +450,24 @@ def test_family_transposes_rule():
     assert access.family_layout(F.params({"mma": 3}), "TT", 4096, 300, 1000) == "TT"
 
 
+def test_family_transposes_a_rule():
+    """NN runs as TN on A transposed by B's rule with N multiply-adds per element of A; no other layout does."""
+    t = access.family_transposes_a
+    assert t("NN", True, 300, 2048, 2000, 1) and access.kernel_layout("NN", 300, 2048, 2000) == "TN"
+    assert not t("NN", True, 300, 2047, 2000, 1) and access.kernel_layout("NN", 300, 2047, 2000) == "NN"
+    assert not t("NN", True, 300, 2048, 1000, 1) and access.kernel_layout("NN", 300, 2048, 1000) == "NN"
+    assert t("NN", True, 512, 2048, 1024, 1) and not t("NN", True, 512, 2048, 1023, 1)  # 2^30 exactly
+    assert not t("NN", False, 300, 4096, 1000, 1) and not t("NN", True, 300, 4096, 1000, 2)
+    assert not t("NN", True, 300, 4096, 0, 1) and not t("NN", True, 2**15, 4096, 2**14, 1)  # over COPY_LIMIT
+    assert not any(t(lay, True, 4096, 4096, 1000, 1) for lay in ("NT", "TN", "TT"))
+    assert access.kernel_layout("NT", 4096, 4096, 1000) == "NN"  # B transposed, A as it is
+    assert access.kernel_layout("NT", 300, 4096, 1000) == "NT"  # neither: A's rule is NN's alone
+    F = registry.FAMILY
+    assert access.family_layout(F.params({}), "NN", 300, 2048, 2000) == "TN"
+    assert access.family_layout(F.params({"mma": 3}), "NN", 300, 2048, 2000) == "NN"
+    assert access.family_layout(F.params({"stages": 0}), "NN", 300, 2048, 2000) == "NN"
+
+
 @pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
 def test_family_copies_rule(layout):
     def copies(M, N, K, widths=(1, 1), cp_async=True, count=1, odd=True, odd_from=None):

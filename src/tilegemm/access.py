@@ -103,21 +103,40 @@ def family_copies(layout: str, copies: bool, widths: tuple, M: int, N: int, K: i
 # (3 of them over 2% slower), and the picks 1.041x -> 1.054x cuBLAS on the H200.
 TRANSPOSE_MIN_MACS = 1 << 30
 TRANSPOSED_RUNS = {"NT": "NN", "TT": "TN"}  # the layout a product whose B is transposed first runs in
+# In NN the family copies A's tiles across A's rows, 4 bytes at a time, as it does B's in TT; an NN product runs as TN
+# on a transposed copy of A (K rows of M floats rounded up to 4) by the same rule, N multiply-adds per element copied.
+# Measured (docs/perf-notes.md): on 36 NN products from 2048 columns of a fresh draw, transposed A and the pick as TN
+# took 0.977x the time (23 faster by over 1%, 5 slower, the slowest with K under 210).  Not NT's: B transposed
+# already, transposing A too took 0.996x the time on 36 NT products (it stays NN).
+A_TRANSPOSED_RUNS = {"NN": "TN"}  # the layout a product whose A is transposed first runs in
+
+
+def _transpose_pays(per: int, M: int, N: int, K: int, count: int, floats: int) -> bool:
+    """One product per run of at least TRANSPOSE_MIN_MACS multiply-adds, from COPY_MACS_PER_ELEMENT multiply-adds
+    per element copied (``per``), the copy (``floats``) at most COPY_LIMIT."""
+    return (count == 1 and K > 0 and per >= COPY_MACS_PER_ELEMENT and M * N * K >= TRANSPOSE_MIN_MACS
+            and floats <= COPY_LIMIT)
 
 
 def family_transposes(layout: str, copies: bool, M: int, N: int, K: int, count: int) -> bool:
     """Whether the family runs an NT or TT product as NN or TN (TRANSPOSED_RUNS) on a transposed copy
-    of B in the workspace (K rows of N floats rounded up to 4): cp.async configs (``copies``), one
-    product per run of at least TRANSPOSE_MIN_MACS multiply-adds, from COPY_MACS_PER_ELEMENT
-    multiply-adds per element of B (M), the copy holding at most COPY_LIMIT floats."""
-    return bool(copies and layout in TRANSPOSED_RUNS and count == 1 and K > 0 and M >= COPY_MACS_PER_ELEMENT
-                and M * N * K >= TRANSPOSE_MIN_MACS and copy_floats((K, N)) <= COPY_LIMIT)
+    of B in the workspace (K rows of N floats rounded up to 4): cp.async configs (``copies``), where it
+    pays (``_transpose_pays``: M multiply-adds per element of B)."""
+    return bool(copies and layout in TRANSPOSED_RUNS and _transpose_pays(M, M, N, K, count, copy_floats((K, N))))
+
+
+def family_transposes_a(layout: str, copies: bool, M: int, N: int, K: int, count: int) -> bool:
+    """Whether the family runs an NN product as TN (A_TRANSPOSED_RUNS) on a transposed copy of A in the
+    workspace (K rows of M floats rounded up to 4): cp.async configs (``copies``), where it pays
+    (``_transpose_pays``: N multiply-adds per element of A)."""
+    return bool(copies and layout in A_TRANSPOSED_RUNS and _transpose_pays(N, M, N, K, count, copy_floats((K, M))))
 
 
 def kernel_layout(layout: str, M: int, N: int, K: int, count: int = 1) -> str:
     """The layout the family's cp.async FFMA configs (those the cost model ranks) run a product of contiguous
     operands of ``layout`` in: NN or TN for an NT or TT product whose B they transpose first
-    (``family_transposes``), else ``layout``."""
+    (``family_transposes``), TN for an NN product whose A they transpose first (``family_transposes_a``),
+    else ``layout``."""
     return _run_in(layout, True, M, N, K, count)
 
 
@@ -125,13 +144,17 @@ def family_layout(p: dict, layout: str, M: int, N: int, K: int, count: int = 1) 
     """The layout in which gemm.cu runs, with the config of parameters ``p`` (registry.FAMILY.params),
     a product of contiguous operands of ``layout``: NN or TN for an NT or TT product whose B it
     transposes first (``family_transposes``: the cp.async FFMA configs, where that was measured to
-    pay), else ``layout``.  The build a check of the config (spills, registers, SASS) must compile."""
+    pay), TN for an NN product whose A it transposes first (``family_transposes_a``), else ``layout``.
+    The build a check of the config (spills, registers, SASS) must compile."""
     return _run_in(layout, p["stages"] >= 2 and not p["mma"], M, N, K, count)
 
 
 def _run_in(layout: str, copies: bool, M: int, N: int, K: int, count: int) -> str:
-    """TRANSPOSED_RUNS' layout where ``family_transposes``, else ``layout``."""
-    return TRANSPOSED_RUNS[layout] if family_transposes(layout, copies, M, N, K, count) else layout
+    """TRANSPOSED_RUNS' layout where ``family_transposes``, A_TRANSPOSED_RUNS' where ``family_transposes_a``, else
+    ``layout``."""
+    if family_transposes(layout, copies, M, N, K, count):
+        return TRANSPOSED_RUNS[layout]
+    return A_TRANSPOSED_RUNS[layout] if family_transposes_a(layout, copies, M, N, K, count) else layout
 
 
 def row_widths(layout: str, M: int, N: int, K: int, count: int = 1, pairs: bool = True,

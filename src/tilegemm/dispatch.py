@@ -287,12 +287,14 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
     params = registry.FAMILY.params(cfg)
     cp_async = params["stages"] >= 2
     ops = [(at[A], g.lda, sa), (at[B], g.ldb, sb)]
-    # NT and TT run as NN and TN on B transposed into aligned K x N rows, where that pays (access.family_layout;
-    # measured on the FFMA configs only, so the tensor-core ones read B as it is)
+    # NT and TT run as NN and TN on B transposed into aligned K x N rows, NN as TN on A transposed into aligned K x M
+    # rows, where that pays (access.family_layout; measured on the FFMA configs only, so the tensor-core ones read the
+    # operands as they are)
     layout = family_layout(params, g.layout, g.M, g.N, g.K, g.count)
-    transposed = layout != g.layout
-    if transposed:
-        ops[1] = (0, aligned_cols(g.N), 0)
+    transposed = [layout[i] != g.layout[i] for i in (0, 1)]
+    for i, rows in ((0, g.M), (1, g.N)):
+        if transposed[i]:
+            ops[i] = (0, aligned_cols(rows), 0)
     copied = family_copies(layout, cp_async, [vector_width(o, pairs=True) for o in ops], g.M, g.N, g.K, g.count)
     views = stored_views(layout, g.M, g.N, g.K)
     for i in (0, 1):
@@ -345,10 +347,11 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
             dst, work, (_, off, _) = _workspace_copy(work, views[i])
             steps.append(pack_step(device, views[i], (g.lda, g.ldb)[i], which, offs[which], dst, p.pdl))
             src[i] = (W, off)
-    if transposed:  # B as stored, N x K, into K rows of N floats rounded up to 4
-        dst, work, (_, off, _) = _workspace_copy(work, (g.K, g.N))
-        steps.append(transpose_step(device, (g.N, g.K), g.ldb, B, offs[B], dst, p.pdl))
-        src[1] = (W, off)
+    for i, which, rows, ld in ((0, A, g.M, g.lda), (1, B, g.N, g.ldb)):
+        if transposed[i]:  # A as stored, M x K, or B, N x K, into K rows of M or N floats rounded up to 4
+            dst, work, (_, off, _) = _workspace_copy(work, (g.K, rows))
+            steps.append(transpose_step(device, (rows, g.K), ld, which, offs[which], dst, p.pdl))
+            src[i] = (W, off)
     (wa, oa), (wb, ob) = src
     if sk:
         for n, first in blocks:

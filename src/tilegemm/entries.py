@@ -3,7 +3,7 @@
 An entry is a config measured on one product: {"config", "tflops", "ms", "shape": [M, N, K, count], "ran_as", "ptxas"}.
 The tuning cache keys it twice, by that shape (``shape_key``) and by the shape's bucket (``entry_key``); a shipped table
 by the bucket.  "ran_as" is the layout in which the family ran the measured product: an NT or TT product whose B it
-transposes first runs as NN or TN (access.family_layout).  The rule that decides that moves when measurements move it,
+transposes first runs as NN or TN, an NN product whose A it transposes first as TN (access.family_layout).  The rule that decides that moves when measurements move it,
 and an entry measured under another rule measured a run that no longer happens: ``current`` tells such entries apart,
 and the selection takes them only after every current one (selection.py).  An entry written before entries kept "ran_as"
 ran an NN or TN product in its own layout; how it ran an NT or TT product is not known, so such an entry is not current.
@@ -129,7 +129,7 @@ def merge_entries(path: Path, entries: dict, meta: dict | None = None) -> None:
 
 def entry_layouts(layout: str, M: int, N: int, K: int, count: int) -> tuple[str, ...]:
     """The layouts whose tuned entries serve a product of ``layout``, in order: its own, the layout its
-    kernel runs it in where B is transposed first (access.kernel_layout: TT as TN; NT's is NN), NN's."""
+    kernel runs it in where an operand is transposed first (access.kernel_layout: TT and NN as TN; NT's is NN), NN's."""
     return tuple(dict.fromkeys((layout, access.kernel_layout(layout, M, N, K, count), "NN")))
 
 

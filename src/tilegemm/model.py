@@ -204,14 +204,16 @@ def ranked_for(table: dict, M: int, N: int, K: int, count: int, sms: int, layout
                arch: str | None = None, a_width: int = 4) -> list[tuple[str, dict, float]]:
     """``ranked`` with the set of a model table that serves this shape (``set_for``): its constants,
     blocks per SM (on ``arch``: ``builds.blocks_per_sm``) and the residuals ``near_for`` gives; a product the family runs in
-    another layout (access.kernel_layout: NT and TT as NN and TN on a transposed copy of B, whose rows are
-    aligned) is ranked as that one, A at the width it is read with there; a layout with no set of its own,
-    ranked by the main set, takes LAYOUT_RATES (where LAYOUT_RATES_ON); single NN products ranked by the main
-    set are offered its GPU's OFFERED_BUILDS too."""
+    another layout (access.kernel_layout: NT and TT as NN and TN on a transposed copy of B, NN as TN on one of A,
+    the copy's rows aligned) is ranked as that one, the other operand at the width it is read with there; a layout
+    with no set of its own, ranked by the main set, takes LAYOUT_RATES (where LAYOUT_RATES_ON); single NN products
+    ranked by the main set are offered its GPU's OFFERED_BUILDS too."""
     asked = layout  # NT run as NN (TT as TN) keeps its own offers
     run_as = access.kernel_layout(layout, M, N, K, count) if width is None else layout
     if run_as != layout:
-        layout, width, a_width = run_as, 4, access.row_widths(run_as, M, N, K, count)[0]
+        widths = access.row_widths(run_as, M, N, K, count)
+        a_width, width = (4 if run_as[i] != layout[i] else w for i, w in enumerate(widths))  # a copy's rows: aligned
+        layout = run_as
     s = set_for(table, M, N, K, count, layout)
     per_sm = builds.blocks_per_sm(s["blocks_per_sm"], layout, arch)
     if s is table and asked == RESIDUALS_LAYOUT and count == 1:  # as measured: single NN products

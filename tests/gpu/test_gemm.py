@@ -160,6 +160,27 @@ def test_nt_and_tt_run_on_b_transposed_where_it_pays(cp, cfg, n, pad, off, layou
     assert np.linalg.norm(cp.asnumpy(outf) - ref) / np.linalg.norm(ref) < TOL
 
 
+@pytest.mark.parametrize("cfg", [None, {**selection.BIG, "splits": 1}, {**selection.BIG, "splits": 3},
+                                 {**selection.BIG, "splits": 1, "sk": 1}, {**selection.BIG, "splits": 3, "sk": 2},
+                                 {**builds.TILES["64x64f"], "splits": 1}])
+@pytest.mark.parametrize("m, pad, off", [(301, 0, 0), (300, 3, 1), (2, 0, 2)])
+def test_nn_runs_on_a_transposed_where_it_pays(cp, cfg, m, pad, off, monkeypatch, request):
+    """NN products from 2048 columns of B: A (padded rows, a view some floats in) is transposed into aligned rows and
+    the kernel runs TN (access.family_transposes_a, made to pay from any product's size so that short A takes it);
+    alpha, beta, repeats, and a result stored column-major (the problem turned around: TT, which runs as TN)."""
+    monkeypatch.setattr(access, "TRANSPOSE_MIN_MACS", 1)
+    request.addfinalizer(tilegemm.clear_caches)
+    N, K = 2048 + 37, 517
+    assert access.family_transposes_a("NN", True, m, N, K, 1)
+    rng = np.random.default_rng()
+    a = _matrix(cp, rng, m, K, False, pad, off)
+    b = _matrix(cp, rng, K, N, False, 0, 0)
+    ref = _calls_with_one_step(cp, rng, a, b, cfg, launch.PACK_T)
+    outf = cp.asfortranarray(cp.full((m, N), np.nan, dtype=np.float32))
+    tilegemm.matmul(a, b, out=outf, config=cfg)
+    assert np.linalg.norm(cp.asnumpy(outf) - ref) / np.linalg.norm(ref) < TOL
+
+
 def _calls_with_one_step(cp, rng, a, b, cfg, kind):
     """a @ b with ``cfg`` twice into a poisoned result (the second call through the memo), checked
     against float64; the program both calls ran holds one ``kind`` step (launch.PACK: a copy into

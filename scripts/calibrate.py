@@ -82,7 +82,7 @@ def _candidates(M, N, K, count, sms, tiles, per_sm=None, filling_only=False):
             if (not tiles or n.split()[0] in tiles) and n not in plain]
 
 
-def _first(n: int, seed: int, layout: str, draw: dict, keep, what: str) -> list[tuple]:
+def _first(n: int, seed: int, layout: str, draw: dict, keep, what: str, gpu: str | None = None) -> list[tuple]:
     """The first ``n`` shapes of seed ``seed``'s draw that the family runs in ``layout`` (access.kernel_layout: the NT
     and TT products it runs as NN and TN, on a copy of B transposed, are those layouts' calibrations' to time) and for
     which ``keep(shape)`` holds, in the draw's order; ValueError where its first 200 * n hold fewer (``what`` names
@@ -90,19 +90,19 @@ def _first(n: int, seed: int, layout: str, draw: dict, keep, what: str) -> list[
     out = []
     for size in (20 * n, 200 * n):
         out = [s for s in suites.random_shapes(size, seed, (layout,), **draw)
-               if access.kernel_layout(layout, *s[:3], s[4]) == layout and keep(s)][:n]
+               if access.kernel_layout(layout, *s[:3], s[4], gpu) == layout and keep(s)][:n]
         if len(out) == n:
             return out
     raise ValueError(f"seed {seed}'s first {200 * n} shapes hold only {len(out)} {what}; ask for fewer")
 
 
-def run_in(n: int, seed: int, layout: str, draw: dict) -> list[tuple]:
-    """The first ``n`` shapes of seed ``seed``'s draw that the family runs in ``layout`` (the draw itself in NN and
-    TN)."""
-    return _first(n, seed, layout, draw, lambda s: True, f"that run in {layout}")
+def run_in(n: int, seed: int, layout: str, draw: dict, gpu: str | None = None) -> list[tuple]:
+    """The first ``n`` shapes of seed ``seed``'s draw that the family runs in ``layout`` on the GPU named ``gpu`` (the
+    draw itself in TN, and in NN but on the H200)."""
+    return _first(n, seed, layout, draw, lambda s: True, f"that run in {layout}", gpu)
 
 
-def narrow(n: int, seed: int, layout: str, draw: dict, operand: str = "B") -> list[tuple]:
+def narrow(n: int, seed: int, layout: str, draw: dict, operand: str = "B", gpu: str | None = None) -> list[tuple]:
     """The first ``n`` shapes of seed ``seed``'s draw whose ``operand`` ("A" or "B") the family reads
     along its rows less than 16 bytes at a time (access.row_widths), among those it runs in ``layout``
     (``run_in``); ValueError in a layout where that operand is not read along its rows (A as stored, B a
@@ -113,22 +113,22 @@ def narrow(n: int, seed: int, layout: str, draw: dict, operand: str = "B") -> li
         raise ValueError(f"--narrow-{operand.lower()} takes a layout whose {operand} is read along its rows "
                          f"({which}), not {layout}")
     return _first(n, seed, layout, draw, lambda s: access.row_widths(layout, s[0], s[1], s[2])[i] != 4,
-                  f"whose {operand} is read narrow")
+                  f"whose {operand} is read narrow", gpu)
 
 
-def long_k(n: int, seed: int, layout: str, draw: dict, sms: int) -> list[tuple]:
+def long_k(n: int, seed: int, layout: str, draw: dict, sms: int, gpu: str | None = None) -> list[tuple]:
     """The first ``n`` shapes of seed ``seed``'s draw of long K with few tiles (suites.long_k on ``sms`` SMs), among
     those the family runs in ``layout`` (``run_in``)."""
-    return _first(n, seed, layout, draw, lambda s: suites.long_k(*s[:3], s[4], sms), "of long K with few tiles")
+    return _first(n, seed, layout, draw, lambda s: suites.long_k(*s[:3], s[4], sms), "of long K with few tiles", gpu)
 
 
 def run(args) -> int:
     dev = gpu.current_device()
     props = gpu.device_properties(dev)
     draw = dict(suites.SMALL_DRAW if args.small else suites.DRAW)
-    shapes = (narrow(args.n, args.seed, args.layout, draw, "A" if args.narrow_a else "B")
-              if args.narrow_a or args.narrow_b else long_k(args.n, args.seed, args.layout, draw, props.sms)
-              if args.long_k else run_in(args.n, args.seed, args.layout, draw))
+    shapes = (narrow(args.n, args.seed, args.layout, draw, "A" if args.narrow_a else "B", props.name)
+              if args.narrow_a or args.narrow_b else long_k(args.n, args.seed, args.layout, draw, props.sms, props.name)
+              if args.long_k else run_in(args.n, args.seed, args.layout, draw, props.name))
     configs = {}
     for M, N, K, _, _ in shapes:
         configs.update(dict(_candidates(M, N, K, 1, props.sms, args.tiles)))

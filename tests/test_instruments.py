@@ -357,16 +357,17 @@ def test_explain_reads_the_build_that_runs_the_product():
 
 def test_explain_reads_the_build_at_the_blocks_dispatch_asks_for():
     # 128 x 64 summed at 16-byte accesses: on sm_90 dispatch builds it for four blocks an SM
-    # (builds.ARCH_MINB; left free, ptxas takes three); explain reports that build, on sm_80 the free one
+    # (builds.ARCH_MINB; left free, ptxas takes three); explain reports that build, on sm_80 the free one (N under 2048:
+    # run as NN, access.kernel_layout)
     from tilegemm.instruments import explain
 
     cfg = {**builds.TILES["128x64"], "sk": 2, "splits": 3}
     want = builds.ARCH_MINB["sm_90"]["128x64 summed"][4]
-    r = explain.build("gemm", cfg, shape=(4096, 2048, 4096), arch="sm_90", measure=False)
+    r = explain.build("gemm", cfg, shape=(4096, 1024, 4096), arch="sm_90", measure=False)
     assert r["params"]["minb"] == cfg.get("minb", 0) and r["built_minb"] == want
     assert r["occupancy"]["blocks"] == want and r["resources"]["spill_bytes"] == 0
-    assert explain.build("gemm", cfg, shape=(4096, 2048, 4096), arch="sm_90a", measure=False)["built_minb"] == want
-    r = explain.build("gemm", cfg, shape=(4096, 2048, 4096), arch="sm_80", measure=False)
+    assert explain.build("gemm", cfg, shape=(4096, 1024, 4096), arch="sm_90a", measure=False)["built_minb"] == want
+    r = explain.build("gemm", cfg, shape=(4096, 1024, 4096), arch="sm_80", measure=False)
     assert r["built_minb"] is None
 
 

@@ -122,11 +122,12 @@ def stubs(monkeypatch):
     monkeypatch.setattr(steps, "transposer", lambda device: FakeLauncher(registry.PACK_T, (), 1, log))
     monkeypatch.setattr(launch, "workspace", lambda floats, stream: SimpleNamespace(data=SimpleNamespace(ptr=WORK)))
     monkeypatch.setattr(launch, "sk_flags", lambda device, stream, blocks: (0x800000, 7))
-    monkeypatch.setattr(dispatch.gpu, "device_properties", lambda device=0: SimpleNamespace(arch=ARCH[0]))
+    monkeypatch.setattr(dispatch.gpu, "device_properties", lambda device=0: SimpleNamespace(arch=ARCH[0], name=NAME[0]))
     return SimpleNamespace(log=log, built=built, lds=stubs_lds)
 
 
 ARCH = ["sm_90"]  # the arch the stubbed device reports (builds.ARCH_MINB is per arch)
+NAME = ["NVIDIA H100 80GB HBM3"]  # its name (access.A_TRANSPOSE_GPUS: NN runs as NN there)
 
 
 WORK = 0x900000
@@ -440,6 +441,36 @@ def test_nt_runs_as_nn_on_b_transposed_where_the_copy_pays(stubs):
         prog, launches = run(plan(a, bb, out), {**BIG, "splits": 1, **extra}, stubs)
         assert len(launches) == 1 and prog.work_floats == 0 and stubs.built[-1][1] == "NT"
         assert args(launch.GEMM, launches[0][1])["B"] == PB
+
+
+def test_nn_runs_as_tn_on_a_transposed_on_the_h200(stubs):
+    # NN, A stored 700 x 2000 (lda 2001), 4096 columns of B: on the H200 4096 >= COPY_MACS_PER_ELEMENT multiply-adds per
+    # element of A and the product >= TRANSPOSE_MIN_MACS, so A is transposed into 2000 rows of 700 floats after the
+    # split planes and the kernel is built for TN with aligned A; on the H100, NN as it is
+    M, N, K = 700, 4096, 2000
+    a = lambda: Operand("a", "cupy", None, (M, K), (K + 1, 1), F32, 0, PA)
+    p = plan(a(), op("b", (K, N), ptr=PB), op("out", (M, N), ptr=PD))
+    prog, launches = run(p, {**BIG, "splits": 1}, stubs)
+    assert len(launches) == 1 and prog.work_floats == 0 and stubs.built[-1][1] == "NN"
+    NAME[0] = "NVIDIA H200"
+    try:
+        del stubs.log[:]
+        prog, launches = run(p, {**BIG, "splits": 2}, stubs)
+        planes = 2 * M * N
+        tr, g = args(launch.PACK_T, launches[0][1]), args(launch.GEMM, launches[1][1])
+        dst = WORK + 4 * (-(-planes // 64) * 64)
+        assert (tr["rows"], tr["cols"], tr["src"], tr["lds"], tr["dst"], tr["ldd"]) == (M, K, PA, K + 1, dst, 700)
+        assert (g["A"], g["lda"], g["B"], g["ldb"]) == (dst, 700, PB, N)
+        assert prog.work_floats == -(-planes // 64) * 64 + K * 700
+        assert stubs.built[-1][1:3] == ("TN", 4) and len(launches) == 3  # the transpose, the kernel, the reduction
+        # the register pipeline, or fewer columns of B: NN as it is
+        for extra, n in (({"stages": 0}, N), ({}, 2044)):
+            del stubs.log[:]
+            prog, launches = run(plan(a(), op("b", (K, n), ptr=PB), op("out", (M, n), ptr=PD)),
+                                 {**BIG, "splits": 1, **extra}, stubs)
+            assert len(launches) == 1 and stubs.built[-1][1] == "NN" and args(launch.GEMM, launches[0][1])["A"] == PA
+    finally:
+        NAME[0] = "NVIDIA H100 80GB HBM3"
 
 
 def test_a_misaligned_a_is_copied_in_tn_after_the_stream_k_slots(stubs):

@@ -706,17 +706,22 @@ def test_a_layouts_corrections_are_measured_against_what_the_selection_predicts(
 
 
 def test_nn_run_as_tn_is_ranked_as_tn_with_b_read_as_stored():
-    """An NN product from 2048 columns of B and 2^30 multiply-adds runs as TN on A transposed into aligned rows
-    (access.kernel_layout): ranked as TN (the main set, TN's corrections), A 16 bytes at a time, B at the width it is
-    read with as stored (rows of N floats: of odd length here, 4 bytes at a time); below the bound, as NN."""
+    """An NN product from 2048 columns of B and 2^30 multiply-adds runs as TN on A transposed into aligned rows on the
+    H200 (access.kernel_layout): ranked as TN (the main set, TN's corrections), A 16 bytes at a time, B at the width it
+    is read with as stored (rows of N floats: of odd length here, 4 bytes at a time); below the bound, as NN; by the
+    H100's table, as NN (the rule is the H200's)."""
     table = json.loads((TABLE.parent / "model-NVIDIA-H200.json").read_text())
     shape = (301, 4097, 2001, 1)  # A's rows (K) of odd length, aligned once transposed; B's of odd length
-    assert access.kernel_layout("NN", *shape) == "TN" and access.row_widths("TN", *shape)[1] == 1
+    assert access.kernel_layout("NN", *shape, table["gpu"]) == "TN" and access.row_widths("TN", *shape)[1] == 1
     as_tn = model.ranked_for(table, *shape, 132, "TN", 1, access.out_width(4097), "sm_90", 4)
     assert model.ranked_for(table, *shape, 132, "NN", arch="sm_90") == as_tn
     assert as_tn != model.ranked_for(table, *shape, 132, "TN", 4, access.out_width(4097), "sm_90", 4)  # B charged
+    h100 = json.loads((TABLE.parent / "model-NVIDIA-H100-80GB-HBM3.json").read_text())
+    a, b = access.row_widths("NN", *shape)
+    assert model.ranked_for(h100, *shape, 132, "NN", arch="sm_90") == model.ranked_for(
+        h100, *shape, 132, "NN", b, access.out_width(4097), "sm_90", a)
     small = (301, 2047, 2001, 1)
-    assert access.kernel_layout("NN", *small) == "NN"
+    assert access.kernel_layout("NN", *small, table["gpu"]) == "NN"
     a, b = access.row_widths("NN", *small)
     assert model.ranked_for(table, *small, 132, "NN", arch="sm_90") == model.ranked_for(
         table, *small, 132, "NN", b, access.out_width(2047), "sm_90", a)

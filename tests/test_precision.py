@@ -119,7 +119,7 @@ def test_on_hopper_tensor_core_calls_run_rung_10s_kernel_split_over_k(stubs, mon
     from test_launch import FakeLauncher
 
     monkeypatch.setattr(dispatch, "_on_hopper_tensor_cores", lambda *a: True)
-    monkeypatch.setattr(dispatch.gpu, "device_properties", lambda device=None: SimpleNamespace(sms=132))
+    monkeypatch.setattr(dispatch.gpu, "device_properties", lambda device=None: SimpleNamespace(sms=132, name=None))
     monkeypatch.setattr(dispatch, "wgmma_launcher", lambda layout, device, p, tma, bm=128: FakeLauncher(
         registry.WGMMA_FAMILY, (("tg_mma_passes", p), ("tg_tma", int(tma)), ("bm", bm)), 4, stubs.log))
     W = launch.WGMMA
@@ -243,7 +243,7 @@ def test_on_hopper_tf32_reads_its_b_k_major_and_its_a_either_way(stubs, monkeypa
     from test_launch import FakeLauncher
 
     monkeypatch.setattr(dispatch, "_on_hopper_tensor_cores", lambda *a: True)
-    monkeypatch.setattr(dispatch.gpu, "device_properties", lambda device=None: SimpleNamespace(sms=132))
+    monkeypatch.setattr(dispatch.gpu, "device_properties", lambda device=None: SimpleNamespace(sms=132, name=None))
     built, maps = [], []
 
     def launcher(device, bn=256, p_mn=0, swap=0):

@@ -160,17 +160,18 @@ def test_shipped_tables_hold_valid_spill_free_configs():
     assert tables, "no tuning table ships with the package"
     seen = set()
     for t in tables:
-        table = entries.read_table(t)
+        table, name = entries.read_table(t), json.loads(t.read_text())["gpu"]  # the GPU it was tuned on
         assert table, t
         for key, e in table.items():
             layout, dims = key.split(":")
             assert layout in registry.LAYOUTS and len(dims.split("x")) == 5
             assert key == entries.entry_key(layout, entries.bucket(*e["shape"])), "key from the shape it was tuned on"
-            assert e["ran_as"] in (layout, access.TRANSPOSED_RUNS.get(layout)), (t.name, key)
+            assert e["ran_as"] in (layout, access.TRANSPOSED_RUNS.get(layout), access.A_TRANSPOSED_RUNS.get(layout))
             # every shape a table was measured on is served by an entry of today's run (entries.current): an entry
-            # measured before its layout's products ran on B transposed comes after the one that measured that run
-            assert any(entries.current(table[k], k.split(":")[0]) for k in (
-                entries.entry_key(lay, entries.bucket(*e["shape"])) for lay in entries.entry_layouts(layout, *e["shape"]))
+            # measured before its layout's products ran on an operand transposed comes after one that measured that run
+            assert any(entries.current(table[k], k.split(":")[0], name) for k in (
+                entries.entry_key(lay, entries.bucket(*e["shape"]))
+                for lay in entries.entry_layouts(layout, *e["shape"], name))
                 if k in table and table[k]["shape"] == e["shape"]), (t.name, key)
             cfg = F.params(e["config"])
             assert not F.violations(cfg, SM90), (t.name, key)

@@ -451,21 +451,27 @@ def test_family_transposes_rule():
 
 
 def test_family_transposes_a_rule():
-    """NN runs as TN on A transposed by B's rule with N multiply-adds per element of A; no other layout does."""
-    t = access.family_transposes_a
-    assert t("NN", True, 300, 2048, 2000, 1) and access.kernel_layout("NN", 300, 2048, 2000) == "TN"
-    assert not t("NN", True, 300, 2047, 2000, 1) and access.kernel_layout("NN", 300, 2047, 2000) == "NN"
-    assert not t("NN", True, 300, 2048, 1000, 1) and access.kernel_layout("NN", 300, 2048, 1000) == "NN"
+    """On the H200, NN runs as TN on A transposed by B's rule with N multiply-adds per element of A; no other layout
+    does, and on another GPU (or none named) NN runs as NN."""
+    h200 = "NVIDIA H200"
+    t = lambda *a: access.family_transposes_a(*a, h200)
+    assert t("NN", True, 300, 2048, 2000, 1) and access.kernel_layout("NN", 300, 2048, 2000, 1, h200) == "TN"
+    assert not t("NN", True, 300, 2047, 2000, 1) and access.kernel_layout("NN", 300, 2047, 2000, 1, h200) == "NN"
+    assert not t("NN", True, 300, 2048, 1000, 1) and access.kernel_layout("NN", 300, 2048, 1000, 1, h200) == "NN"
     assert t("NN", True, 512, 2048, 1024, 1) and not t("NN", True, 512, 2048, 1023, 1)  # 2^30 exactly
     assert not t("NN", False, 300, 4096, 1000, 1) and not t("NN", True, 300, 4096, 1000, 2)
     assert not t("NN", True, 300, 4096, 0, 1) and not t("NN", True, 2**15, 4096, 2**14, 1)  # over COPY_LIMIT
     assert not any(t(lay, True, 4096, 4096, 1000, 1) for lay in ("NT", "TN", "TT"))
-    assert access.kernel_layout("NT", 4096, 4096, 1000) == "NN"  # B transposed, A as it is
-    assert access.kernel_layout("NT", 300, 4096, 1000) == "NT"  # neither: A's rule is NN's alone
+    assert access.kernel_layout("NT", 4096, 4096, 1000, 1, h200) == "NN"  # B transposed, A as it is
+    assert access.kernel_layout("NT", 300, 4096, 1000, 1, h200) == "NT"  # neither: A's rule is NN's alone
+    for other in (None, "NVIDIA H100 80GB HBM3"):
+        assert not access.family_transposes_a("NN", True, 300, 4096, 2000, 1, other)
+        assert access.kernel_layout("NN", 300, 4096, 2000, 1, other) == "NN"
     F = registry.FAMILY
-    assert access.family_layout(F.params({}), "NN", 300, 2048, 2000) == "TN"
-    assert access.family_layout(F.params({"mma": 3}), "NN", 300, 2048, 2000) == "NN"
-    assert access.family_layout(F.params({"stages": 0}), "NN", 300, 2048, 2000) == "NN"
+    assert access.family_layout(F.params({}), "NN", 300, 2048, 2000, 1, h200) == "TN"
+    assert access.family_layout(F.params({}), "NN", 300, 2048, 2000) == "NN"
+    assert access.family_layout(F.params({"mma": 3}), "NN", 300, 2048, 2000, 1, h200) == "NN"
+    assert access.family_layout(F.params({"stages": 0}), "NN", 300, 2048, 2000, 1, h200) == "NN"
 
 
 @pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])

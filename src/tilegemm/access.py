@@ -107,8 +107,11 @@ TRANSPOSED_RUNS = {"NT": "NN", "TT": "TN"}  # the layout a product whose B is tr
 # on a transposed copy of A (K rows of M floats rounded up to 4) by the same rule, N multiply-adds per element copied.
 # Measured (docs/perf-notes.md): on 36 NN products from 2048 columns of a fresh draw, transposed A and the pick as TN
 # took 0.977x the time (23 faster by over 1%, 5 slower, the slowest with K under 210).  Not NT's: B transposed
-# already, transposing A too took 0.996x the time on 36 NT products (it stays NN).
+# already, transposing A too took 0.996x the time on 36 NT products (it stays NN).  Measured on the H200 only: the
+# H100's rates in TN (model.LAYOUT_RATES: its 16 x 8 tiles 5-6% slower than in NN) have its model price the rule at
+# about 3% slower on the large NN products, so there, and on any GPU not listed, NN runs as NN (``gpu``: its name).
 A_TRANSPOSED_RUNS = {"NN": "TN"}  # the layout a product whose A is transposed first runs in
+A_TRANSPOSE_GPUS = ("NVIDIA H200",)
 
 
 def _transpose_pays(per: int, M: int, N: int, K: int, count: int, floats: int) -> bool:
@@ -125,36 +128,37 @@ def family_transposes(layout: str, copies: bool, M: int, N: int, K: int, count: 
     return bool(copies and layout in TRANSPOSED_RUNS and _transpose_pays(M, M, N, K, count, copy_floats((K, N))))
 
 
-def family_transposes_a(layout: str, copies: bool, M: int, N: int, K: int, count: int) -> bool:
+def family_transposes_a(layout: str, copies: bool, M: int, N: int, K: int, count: int, gpu: str | None = None) -> bool:
     """Whether the family runs an NN product as TN (A_TRANSPOSED_RUNS) on a transposed copy of A in the
-    workspace (K rows of M floats rounded up to 4): cp.async configs (``copies``), where it pays
-    (``_transpose_pays``: N multiply-adds per element of A)."""
-    return bool(copies and layout in A_TRANSPOSED_RUNS and _transpose_pays(N, M, N, K, count, copy_floats((K, M))))
+    workspace (K rows of M floats rounded up to 4) on the GPU named ``gpu`` (A_TRANSPOSE_GPUS; None: none):
+    cp.async configs (``copies``), where it pays (``_transpose_pays``: N multiply-adds per element of A)."""
+    return bool(copies and gpu in A_TRANSPOSE_GPUS and layout in A_TRANSPOSED_RUNS
+                and _transpose_pays(N, M, N, K, count, copy_floats((K, M))))
 
 
-def kernel_layout(layout: str, M: int, N: int, K: int, count: int = 1) -> str:
+def kernel_layout(layout: str, M: int, N: int, K: int, count: int = 1, gpu: str | None = None) -> str:
     """The layout the family's cp.async FFMA configs (those the cost model ranks) run a product of contiguous
-    operands of ``layout`` in: NN or TN for an NT or TT product whose B they transpose first
-    (``family_transposes``), TN for an NN product whose A they transpose first (``family_transposes_a``),
-    else ``layout``."""
-    return _run_in(layout, True, M, N, K, count)
+    operands of ``layout`` in on the GPU named ``gpu``: NN or TN for an NT or TT product whose B they transpose first
+    (``family_transposes``), TN for an NN product whose A they transpose first (``family_transposes_a``), else
+    ``layout``."""
+    return _run_in(layout, True, M, N, K, count, gpu)
 
 
-def family_layout(p: dict, layout: str, M: int, N: int, K: int, count: int = 1) -> str:
+def family_layout(p: dict, layout: str, M: int, N: int, K: int, count: int = 1, gpu: str | None = None) -> str:
     """The layout in which gemm.cu runs, with the config of parameters ``p`` (registry.FAMILY.params),
-    a product of contiguous operands of ``layout``: NN or TN for an NT or TT product whose B it
-    transposes first (``family_transposes``: the cp.async FFMA configs, where that was measured to
-    pay), TN for an NN product whose A it transposes first (``family_transposes_a``), else ``layout``.
-    The build a check of the config (spills, registers, SASS) must compile."""
-    return _run_in(layout, p["stages"] >= 2 and not p["mma"], M, N, K, count)
+    a product of contiguous operands of ``layout`` on the GPU named ``gpu``: NN or TN for an NT or TT product whose B
+    it transposes first (``family_transposes``: the cp.async FFMA configs, where that was measured to pay), TN for an
+    NN product whose A it transposes first (``family_transposes_a``), else ``layout``.  The build a check of the
+    config (spills, registers, SASS) must compile."""
+    return _run_in(layout, p["stages"] >= 2 and not p["mma"], M, N, K, count, gpu)
 
 
-def _run_in(layout: str, copies: bool, M: int, N: int, K: int, count: int) -> str:
+def _run_in(layout: str, copies: bool, M: int, N: int, K: int, count: int, gpu: str | None) -> str:
     """TRANSPOSED_RUNS' layout where ``family_transposes``, A_TRANSPOSED_RUNS' where ``family_transposes_a``, else
     ``layout``."""
     if family_transposes(layout, copies, M, N, K, count):
         return TRANSPOSED_RUNS[layout]
-    return A_TRANSPOSED_RUNS[layout] if family_transposes_a(layout, copies, M, N, K, count) else layout
+    return A_TRANSPOSED_RUNS[layout] if family_transposes_a(layout, copies, M, N, K, count, gpu) else layout
 
 
 def row_widths(layout: str, M: int, N: int, K: int, count: int = 1, pairs: bool = True,

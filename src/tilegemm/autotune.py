@@ -223,7 +223,7 @@ def tune_shape(device: int, layout: str, M: int, N: int, K: int, count: int = 1,
         cands += [c for c in sel.predicted(M, N, K, count, FULL_MODEL_TOP, layout) if _key(c) not in launches]
     # each built as it will run the product (an NT or TT product whose B is transposed first runs as NN or TN),
     # at 16-byte access at the minb the arch's build takes (builds.ARCH_MINB)
-    run_as = [access.family_layout(F.params(c), layout, M, N, K, count) for c in cands]
+    run_as = [access.family_layout(F.params(c), layout, M, N, K, count, props.name) for c in cands]
     runs = [builds.arch_minb(F.params(c), r, 4, props.arch) for c, r in zip(cands, run_as)]
     built = {}
     for lay in dict.fromkeys(run_as):

@@ -197,7 +197,7 @@ def cmd_tune(args) -> int:
     console.print(f"tuning cache: {sel.cache_path}")
     if ship:
         shipped = {entries.entry_key(r["layout"], entries.bucket(r["M"], r["N"], r["K"], r["count"])):
-                   entries.measured(r["layout"], r["M"], r["N"], r["K"], r["count"], r) for r in tuned}
+                   entries.measured(r["layout"], r["M"], r["N"], r["K"], r["count"], r, sel.props.name) for r in tuned}
         entries.merge_entries(ship, shipped, {"gpu": sel.props.name, "command": args.command_line,
                                               "commit": results.commit()})
         console.print(f"table written to {ship}")

@@ -290,7 +290,7 @@ def _family(p, g, device, config, at, offs, beta) -> tuple[list[Step], int]:
     # NT and TT run as NN and TN on B transposed into aligned K x N rows, NN as TN on A transposed into aligned K x M
     # rows, where that pays (access.family_layout; measured on the FFMA configs only, so the tensor-core ones read the
     # operands as they are)
-    layout = family_layout(params, g.layout, g.M, g.N, g.K, g.count)
+    layout = family_layout(params, g.layout, g.M, g.N, g.K, g.count, gpu.device_properties(device).name)
     transposed = [layout[i] != g.layout[i] for i in (0, 1)]
     for i, rows in ((0, g.M), (1, g.N)):
         if transposed[i]:

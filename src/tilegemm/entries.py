@@ -47,11 +47,11 @@ def shape_key(layout: str, M: int, N: int, K: int, count: int) -> str:
     return f"{layout}:={M}x{N}x{K}x{count}"
 
 
-def measured(layout: str, M: int, N: int, K: int, count: int, result: dict) -> dict:
-    """The entry of a tuning's winner (``result``: its "config", "tflops" and "ms") on this product of ``layout``:
-    with the shape and the layout the family ran it in."""
+def measured(layout: str, M: int, N: int, K: int, count: int, result: dict, gpu: str | None = None) -> dict:
+    """The entry of a tuning's winner (``result``: its "config", "tflops" and "ms") on this product of ``layout``,
+    tuned on the GPU named ``gpu``: with the shape and the layout the family ran it in."""
     p = registry.FAMILY.params(result["config"])
-    run = access.family_layout(p, layout, M, N, K, count)
+    run = access.family_layout(p, layout, M, N, K, count, gpu)
     return {**{k: result[k] for k in ("config", "tflops", "ms")}, "shape": [M, N, K, count], "ran_as": run,
             "ptxas": ptxas(p, run, M, N, K, count)}
 
@@ -69,9 +69,10 @@ def ran_as(entry: dict, layout: str) -> str | None:
     return entry.get("ran_as") or (None if layout in access.TRANSPOSED_RUNS else layout)
 
 
-def current(entry: dict, layout: str) -> bool:
-    """Whether the entry's measured product, an entry of ``layout``, would run today as it ran when measured (the
-    config in the layout access.family_layout gives, built with the same ptxas options): where not, or not known, it
+def current(entry: dict, layout: str, gpu: str | None = None) -> bool:
+    """Whether the entry's measured product, an entry of ``layout`` in a table of the GPU named ``gpu``, would run today
+    as it ran when measured (the config in the layout access.family_layout gives, built with the same ptxas options):
+    where not, or not known, it
     measured another run.  An entry without a shape is current where its run is known and its build, reading 16 bytes
     at a time, takes the options it recorded; one whose config is not the family's is not."""
     shape, run = entry.get("shape"), ran_as(entry, layout)
@@ -80,7 +81,7 @@ def current(entry: dict, layout: str) -> bool:
     try:
         p = registry.FAMILY.params(entry["config"])
         built = ptxas(p, run, *shape) if shape else list(registry.FAMILY.ptxas(p, run, 4))
-        return (not shape or run == access.family_layout(p, layout, *shape)) and entry.get("ptxas", []) == built
+        return (not shape or run == access.family_layout(p, layout, *shape, gpu)) and entry.get("ptxas", []) == built
     except ConfigError:
         return False
 
@@ -127,24 +128,25 @@ def merge_entries(path: Path, entries: dict, meta: dict | None = None) -> None:
         os.replace(tmp, path)
 
 
-def entry_layouts(layout: str, M: int, N: int, K: int, count: int) -> tuple[str, ...]:
-    """The layouts whose tuned entries serve a product of ``layout``, in order: its own, the layout its
-    kernel runs it in where an operand is transposed first (access.kernel_layout: TT and NN as TN; NT's is NN), NN's."""
-    return tuple(dict.fromkeys((layout, access.kernel_layout(layout, M, N, K, count), "NN")))
+def entry_layouts(layout: str, M: int, N: int, K: int, count: int, gpu: str | None = None) -> tuple[str, ...]:
+    """The layouts whose tuned entries serve a product of ``layout`` on the GPU named ``gpu``, in order: its own, the
+    layout its kernel runs it in where an operand is transposed first (access.kernel_layout: TT, and NN on the H200, as
+    TN; NT's is NN), NN's."""
+    return tuple(dict.fromkeys((layout, access.kernel_layout(layout, M, N, K, count, gpu), "NN")))
 
 
 def lookups(entries: dict, layout: str, M: int, N: int, K: int, count: int, exact: bool = False,
-            layouts: tuple | None = None, is_current: bool | None = None):
+            layouts: tuple | None = None, is_current: bool | None = None, gpu: str | None = None):
     """(config, the layout it was tuned for, the layout that ran it or None: ``ran_as``) of every entry that can serve
     this shape, in order: for each layout of ``layouts`` (default: ``entry_layouts``), its entry for the exact shape,
     then for its bucket; with ``exact``, only entries measured on this very shape (their "shape"); with
-    ``is_current``, only the entries that are (True) or are not (False) ``current``."""
+    ``is_current``, only the entries that are (True) or are not (False) ``current`` (on the GPU named ``gpu``)."""
     b = bucket(M, N, K, count)
-    for lay in layouts or entry_layouts(layout, M, N, K, count):
+    for lay in layouts or entry_layouts(layout, M, N, K, count, gpu):
         for key in (shape_key(lay, M, N, K, count), entry_key(lay, b)):
             e = entries.get(key)
             if (e and (not exact or list(e.get("shape", ())) == [M, N, K, count])
-                    and (is_current is None or current(e, lay) == is_current)):
+                    and (is_current is None or current(e, lay, gpu) == is_current)):
                 yield dict(e["config"]), lay, ran_as(e, lay)
 
 

@@ -209,7 +209,7 @@ def ranked_for(table: dict, M: int, N: int, K: int, count: int, sms: int, layout
     with no set of its own, ranked by the main set, takes LAYOUT_RATES (where LAYOUT_RATES_ON); single NN products
     ranked by the main set are offered its GPU's OFFERED_BUILDS too."""
     asked = layout  # NT run as NN (TT as TN) keeps its own offers
-    run_as = access.kernel_layout(layout, M, N, K, count) if width is None else layout
+    run_as = access.kernel_layout(layout, M, N, K, count, table.get("gpu")) if width is None else layout
     if run_as != layout:
         widths = access.row_widths(run_as, M, N, K, count)
         a_width, width = (4 if run_as[i] != layout[i] else w for i, w in enumerate(widths))  # a copy's rows: aligned

@@ -120,11 +120,13 @@ def spills(cfg: dict, layout: str, arch: str) -> bool:
     return bool(r.spill_stores or r.spill_loads)
 
 
-def borrowed_spills(cfg: dict, built: str | None, layout: str, M: int, N: int, K: int, count: int, arch: str) -> bool:
+def borrowed_spills(cfg: dict, built: str | None, layout: str, M: int, N: int, K: int, count: int, arch: str,
+                    gpu: str | None = None) -> bool:
     """Whether ``cfg``, an entry measured on a run in ``built`` (entries.ran_as; None: not known), spills where it
-    runs this product of ``layout``: checked in the layout the kernel runs it in (access.family_layout: an NT or TT
-    product whose B is transposed first runs as NN or TN), unless that is the build that was measured."""
-    run_as = access.family_layout(registry.FAMILY.params(cfg), layout, M, N, K, count)
+    runs this product of ``layout`` on the GPU named ``gpu``: checked in the layout the kernel runs it in
+    (access.family_layout: an NT or TT product whose B is transposed first runs as NN or TN, an NN product whose A is
+    as TN), unless that is the build that was measured."""
+    run_as = access.family_layout(registry.FAMILY.params(cfg), layout, M, N, K, count, gpu)
     return run_as != built and spills(cfg, run_as, arch)
 
 
@@ -161,14 +163,15 @@ class Selector:
         limits = Limits.from_props(self.props)
         passes = []
         for fresh in (True, False):
-            for lays in ((lay,) for lay in entries.entry_layouts(layout, M, N, K, count)):
+            for lays in ((lay,) for lay in entries.entry_layouts(layout, M, N, K, count, self.props.name)):
                 passes += [("tuned", user, True, lays, fresh), ("shipped", shipped, True, lays, fresh),
                            ("tuned", user, False, lays, fresh)]
             if not self._has_model():
                 passes.append(("shipped", shipped, False, None, fresh))
         for name, table, exact, lays, fresh in passes:
-            for cfg, _, built in entries.lookups(table, layout, M, N, K, count, exact, lays, fresh):
-                if check_config(cfg, limits) or borrowed_spills(cfg, built, layout, M, N, K, count, self.props.arch):
+            for cfg, _, built in entries.lookups(table, layout, M, N, K, count, exact, lays, fresh, self.props.name):
+                if check_config(cfg, limits) or borrowed_spills(cfg, built, layout, M, N, K, count, self.props.arch,
+                                                                self.props.name):
                     continue  # the next entry that can serve the shape
                 return cfg, name if fresh else "stale"
         for cfg in self.predicted(M, N, K, count, 1, layout):
@@ -201,7 +204,7 @@ class Selector:
     def record(self, layout, M, N, K, count, result: dict) -> None:
         """Add a tuning's winner (``result``: {"config", "tflops", "ms"}) for this shape and for its bucket to the
         user's tuning cache (entries.measured), and forget what was selected before."""
-        e = entries.measured(layout, M, N, K, count, result)
+        e = entries.measured(layout, M, N, K, count, result, self.props.name)
         entries.merge_entries(self.cache_path, {entries.shape_key(layout, M, N, K, count): e,
                                                 entries.entry_key(layout, entries.bucket(M, N, K, count)): e},
                               {"gpu": self.props.name})

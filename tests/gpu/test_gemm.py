@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tilegemm
-from tilegemm import access, autotune, builds, fastpath, launch, registry, selection
+from tilegemm import access, autotune, builds, fastpath, gpu, launch, registry, selection
 
 pytestmark = pytest.mark.gpu
 
@@ -166,12 +166,15 @@ def test_nt_and_tt_run_on_b_transposed_where_it_pays(cp, cfg, n, pad, off, layou
 @pytest.mark.parametrize("m, pad, off", [(301, 0, 0), (300, 3, 1), (2, 0, 2)])
 def test_nn_runs_on_a_transposed_where_it_pays(cp, cfg, m, pad, off, monkeypatch, request):
     """NN products from 2048 columns of B: A (padded rows, a view some floats in) is transposed into aligned rows and
-    the kernel runs TN (access.family_transposes_a, made to pay from any product's size so that short A takes it);
-    alpha, beta, repeats, and a result stored column-major (the problem turned around: TT, which runs as TN)."""
+    the kernel runs TN (access.family_transposes_a, made to pay from any product's size so that short A takes it, on
+    this GPU whatever it is); alpha, beta, repeats, and a result stored column-major (the problem turned around: TT,
+    which runs as TN)."""
+    name = gpu.device_properties().name
     monkeypatch.setattr(access, "TRANSPOSE_MIN_MACS", 1)
+    monkeypatch.setattr(access, "A_TRANSPOSE_GPUS", (name,))
     request.addfinalizer(tilegemm.clear_caches)
     N, K = 2048 + 37, 517
-    assert access.family_transposes_a("NN", True, m, N, K, 1)
+    assert access.family_transposes_a("NN", True, m, N, K, 1, name)
     rng = np.random.default_rng()
     a = _matrix(cp, rng, m, K, False, pad, off)
     b = _matrix(cp, rng, K, N, False, 0, 0)

@@ -33,7 +33,8 @@ def build(name: str, config: dict | None = None, shape=(4096, 4096, 4096), layou
     M, N, K = shape
     # the layout the kernel runs this product in (the family runs an NT product whose B it transposes
     # first as NN): what is compiled, read and predicted
-    run_as = access.family_layout(params, layout, M, N, K) if spec is registry.FAMILY else layout
+    run_as = (access.family_layout(params, layout, M, N, K, 1, props.name if queried else None)
+              if spec is registry.FAMILY else layout)
     # the build dispatch runs for operands read 16 bytes at a time: on some archs at more blocks an SM
     # than the config asks (builds.ARCH_MINB); its registers, occupancy and SASS are the ones reported
     # (sm_90a builds of the FFMA family are sm_90's)

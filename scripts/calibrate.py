@@ -83,10 +83,10 @@ def _candidates(M, N, K, count, sms, tiles, per_sm=None, filling_only=False):
 
 
 def _first(n: int, seed: int, layout: str, draw: dict, keep, what: str, gpu: str | None = None) -> list[tuple]:
-    """The first ``n`` shapes of seed ``seed``'s draw that the family runs in ``layout`` (access.kernel_layout: the NT
-    and TT products it runs as NN and TN, on a copy of B transposed, are those layouts' calibrations' to time) and for
-    which ``keep(shape)`` holds, in the draw's order; ValueError where its first 200 * n hold fewer (``what`` names
-    them)."""
+    """The first ``n`` shapes of seed ``seed``'s draw that the family runs in ``layout`` on the GPU named ``gpu``
+    (access.kernel_layout: the NT and TT products it runs as NN and TN, on a copy of B transposed, are those layouts'
+    calibrations' to time, and on the H200 the NN products it runs as TN on a copy of A transposed, TN's) and for which
+    ``keep(shape)`` holds, in the draw's order; ValueError where its first 200 * n hold fewer (``what`` names them)."""
     out = []
     for size in (20 * n, 200 * n):
         out = [s for s in suites.random_shapes(size, seed, (layout,), **draw)

@@ -353,6 +353,16 @@ def test_explain_reads_the_build_that_runs_the_product():
     tc = {"bm": 64, "bn": 128, "bk": 16, "tm": 8, "tn": 8, "ln": 8, "minb": 2, "mma": 3}
     r = explain.build("gemm", tc, shape=(4096, 2000, 300), layout="NT", arch="sm_90", measure=False)
     assert r["kernel_layout"] == "NT"  # the tensor-core configs read B as it is
+    # an NN product from 2048 columns of B runs as TN on A transposed on the H200 (the GPU named), NN elsewhere
+    for gpu, want in (("NVIDIA H200", "TN"), ("NVIDIA H100 80GB HBM3", "NN")):
+        r = explain.build("gemm", shape=(1000, 4096, 2000), arch="sm_90", gpu=gpu, measure=False)
+        assert r["kernel_layout"] == want, gpu
+    from rich.console import Console
+
+    console = Console(record=True, width=200)
+    explain.render(explain.build("gemm", shape=(1000, 4096, 2000), arch="sm_90", gpu="NVIDIA H200", measure=False),
+                   console)
+    assert "NN, run as TN on A transposed first" in console.export_text()
 
 
 def test_explain_reads_the_build_at_the_blocks_dispatch_asks_for():

@@ -335,6 +335,29 @@ def test_small_products_take_the_small_set_below_its_bound(fitted):
             assert not name.startswith("32x32"), (M, N, K, name)
 
 
+def test_the_h200_selection_takes_its_nn_entries_measured_as_tn_and_records_that_run(tmp_path, monkeypatch):
+    """On the H200, whose NN products from 2048 columns of B run as TN on A transposed (access.family_transposes_a), the
+    shipped NN entries tuned as they now run are current (the selection passes the GPU's name wherever it decides the
+    run), an NN product below the bound still takes its NN entry, and a tuning's winner recorded for such a product
+    records the run as TN with TN's build options."""
+    monkeypatch.setenv("TILEGEMM_TUNE_DIR", str(tmp_path))
+    props = SimpleNamespace(name="NVIDIA H200", major=9, minor=0, arch="sm_90", sms=132, id=0, l2_bytes=50 << 20,
+                            smem_per_block_optin=SM90.smem_per_block_optin, smem_per_sm=SM90.smem_per_sm,
+                            regs_per_sm=SM90.regs_per_sm, max_threads_per_block=1024, max_threads_per_sm=2048,
+                            max_blocks_per_sm=32)
+    assert props.name in access.A_TRANSPOSE_GPUS
+    sel = selection.Selector(props, "1", "13.0")
+    for shape in ((4096, 4096, 1024), (2048, 2048, 2048), (1024, 1024, 1024)):
+        assert sel("NN", *shape, 1)[1] == "shipped", shape
+    shipped = sel.tables()[1]
+    assert shipped[entries.entry_key("NN", entries.bucket(2048, 2048, 2048, 1))]["ran_as"] == "TN"
+    cfg = {**builds.TILES["128x256"], "splits": 1}
+    sel.record("NN", 3000, 2500, 2000, 1, {"config": cfg, "tflops": 50.0, "ms": 1.0})
+    e = entries.read_table(sel.cache_path)[entries.shape_key("NN", 3000, 2500, 2000, 1)]
+    assert e["ran_as"] == "TN" and e["ptxas"] == entries.ptxas(registry.FAMILY.params(cfg), "TN", 3000, 2500, 2000, 1)
+    assert e["ptxas"] and sel("NN", 3000, 2500, 2000, 1) == (cfg, "tuned")
+
+
 def test_the_selection_takes_the_model_where_no_table_holds_the_shape(fitted, tmp_path, monkeypatch):
     monkeypatch.setenv("TILEGEMM_TUNE_DIR", str(tmp_path))
     props = SimpleNamespace(name=fitted["gpu"], major=9, minor=0, arch="sm_90", sms=132, id=0, l2_bytes=50 << 20,

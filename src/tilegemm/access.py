@@ -109,7 +109,9 @@ TRANSPOSED_RUNS = {"NT": "NN", "TT": "TN"}  # the layout a product whose B is tr
 # took 0.977x the time (23 faster by over 1%, 5 slower, the slowest with K under 210).  Not NT's: B transposed
 # already, transposing A too took 0.996x the time on 36 NT products (it stays NN).  Measured on the H200 only: the
 # H100's rates in TN (model.LAYOUT_RATES: its 16 x 8 tiles 5-6% slower than in NN) have its model price the rule at
-# about 3% slower on the large NN products, so there, and on any GPU not listed, NN runs as NN (``gpu``: its name).
+# about 3% slower on the large NN products, so there, and on any GPU not listed, NN runs as NN (``gpu``: its name).  An
+# NN product with a column-major result is turned around into TT (its A becomes the B that TT's rule transposes, on
+# every GPU), as before this rule.
 A_TRANSPOSED_RUNS = {"NN": "TN"}  # the layout a product whose A is transposed first runs in
 A_TRANSPOSE_GPUS = ("NVIDIA H200",)
 

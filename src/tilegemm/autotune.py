@@ -221,7 +221,8 @@ def tune_shape(device: int, layout: str, M: int, N: int, K: int, count: int = 1,
         cands = candidates(M, N, K, count, props.sms, Limits.from_props(props), top or 24)
         launches = {_key(c) for c in cands}  # one kernel is timed once, however its config is written
         cands += [c for c in sel.predicted(M, N, K, count, FULL_MODEL_TOP, layout) if _key(c) not in launches]
-    # each built as it will run the product (an NT or TT product whose B is transposed first runs as NN or TN),
+    # each built as it will run the product (an NT or TT product whose B is transposed first runs as NN or TN, an NN
+    # product whose A is, on the H200, as TN),
     # at 16-byte access at the minb the arch's build takes (builds.ARCH_MINB)
     run_as = [access.family_layout(F.params(c), layout, M, N, K, count, props.name) for c in cands]
     runs = [builds.arch_minb(F.params(c), r, 4, props.arch) for c, r in zip(cands, run_as)]

@@ -3,9 +3,10 @@
 An entry is a config measured on one product: {"config", "tflops", "ms", "shape": [M, N, K, count], "ran_as", "ptxas"}.
 The tuning cache keys it twice, by that shape (``shape_key``) and by the shape's bucket (``entry_key``); a shipped table
 by the bucket.  "ran_as" is the layout in which the family ran the measured product: an NT or TT product whose B it
-transposes first runs as NN or TN, an NN product whose A it transposes first as TN (access.family_layout).  The rule that decides that moves when measurements move it,
-and an entry measured under another rule measured a run that no longer happens: ``current`` tells such entries apart,
-and the selection takes them only after every current one (selection.py).  An entry written before entries kept "ran_as"
+transposes first runs as NN or TN, an NN product whose A it transposes first (on the H200) as TN (access.family_layout,
+given the GPU's name).  The rule that decides that moves when measurements move it, and an entry measured under another
+rule measured a run that no longer happens: ``current`` tells such entries apart, and the selection takes them only
+after every current one (selection.py).  An entry written before entries kept "ran_as"
 ran an NN or TN product in its own layout; how it ran an NT or TT product is not known, so such an entry is not current.
 "ptxas" is what the build that ran it passed on to ptxas (registry.FAMILY.ptxas: builds.ptxas_options); it moves the
 build's schedule, so an entry measured with other options measured another build and is not current either.  An entry
@@ -72,9 +73,8 @@ def ran_as(entry: dict, layout: str) -> str | None:
 def current(entry: dict, layout: str, gpu: str | None = None) -> bool:
     """Whether the entry's measured product, an entry of ``layout`` in a table of the GPU named ``gpu``, would run today
     as it ran when measured (the config in the layout access.family_layout gives, built with the same ptxas options):
-    where not, or not known, it
-    measured another run.  An entry without a shape is current where its run is known and its build, reading 16 bytes
-    at a time, takes the options it recorded; one whose config is not the family's is not."""
+    where not, or not known, it measured another run.  An entry without a shape is current where its run is known and
+    its build, reading 16 bytes at a time, takes the options it recorded; one whose config is not the family's is not."""
     shape, run = entry.get("shape"), ran_as(entry, layout)
     if run is None:
         return False

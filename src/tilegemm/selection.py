@@ -17,7 +17,8 @@ user's entry of the shape's bucket (M, N, K and the batch count each rounded to 
 two, entries.bucket; ``Selector.source`` gives the order): the tuning cache keeps each tuned shape
 under its own key and its bucket's, and a shape whose bucket holds an entry counts as tuned
 (``TILEGEMM_AUTOTUNE=1`` does not tune it again).  Entries that measured a run the family no longer
-makes (entries.current: an NT or TT product measured before the rule that transposes its B changed, or a build
+makes (entries.current: an NT or TT product measured before the rule that transposes its B changed, an NN product
+measured before the H200's rule that transposes its A, or a build
 measured with other ptxas options than it is built with now)
 come after all the others, as "stale", and ``TILEGEMM_AUTOTUNE=1`` tunes a shape one serves again.  Shipped
 tables (``tilegemm tune --ship``) hold bucket keys with the shape each entry was measured on; on a GPU

@@ -31,9 +31,10 @@ def build(name: str, config: dict | None = None, shape=(4096, 4096, 4096), layou
     if gpu is not None:
         roofline.peaks_for(gpu)  # an unknown GPU name raises here, before the compile
     M, N, K = shape
-    # the layout the kernel runs this product in (the family runs an NT product whose B it transposes
-    # first as NN): what is compiled, read and predicted
-    run_as = (access.family_layout(params, layout, M, N, K, 1, props.name if queried else None)
+    # the layout the kernel runs this product in (the family runs an NT product whose B it transposes first as NN,
+    # on the H200 an NN product whose A it transposes first as TN: the GPU named, or this one): what is compiled,
+    # read and predicted
+    run_as = (access.family_layout(params, layout, M, N, K, 1, gpu or (props.name if queried else None))
               if spec is registry.FAMILY else layout)
     # the build dispatch runs for operands read 16 bytes at a time: on some archs at more blocks an SM
     # than the config asks (builds.ARCH_MINB); its registers, occupancy and SASS are the ones reported
@@ -111,7 +112,8 @@ def render(report: dict, console) -> None:
     r, res, occ = report, report["resources"], report["occupancy"]
     M, N, K = r["shape"]
     runs = r.get("kernel_layout", r["layout"])
-    how = f"{r['layout']}" if runs == r["layout"] else f"{r['layout']}, run as {runs} on B transposed first"
+    first = "A" if runs[0] != r["layout"][0] else "B"
+    how = f"{r['layout']}" if runs == r["layout"] else f"{r['layout']}, run as {runs} on {first} transposed first"
     console.rule(f"[bold]{r['kernel']}[/bold] on {M}x{N}x{K} ({how}), compiled for {r['arch']}")
     console.print(f"{r['summary']}  [dim](follows: {r['source']}; docs/sources.md)[/dim]")
     console.print(f"params {r['params']}")

@@ -167,6 +167,23 @@ def test_the_tuner_builds_each_candidate_in_the_layout_it_runs(monkeypatch, on_h
         assert len(res["tried"]) == len(built)
 
 
+def test_the_tuner_builds_an_nn_product_as_tn_on_the_h200(monkeypatch, tmp_path):
+    # on the H200 an NN product from 2048 columns of B runs as TN on A transposed (access.family_transposes_a, the GPU's
+    # name given): the tuner builds TN there, NN below the bound, and NN on the H100
+    built = []
+    _stub_measurements(monkeypatch, winner_index=0, built=built)
+    monkeypatch.setattr(gpu, "driver_version", lambda: "580.0")
+    monkeypatch.setenv("TILEGEMM_TUNE_DIR", str(tmp_path))
+    for props, N, want in ((SimpleNamespace(**{**vars(PROPS), "name": "NVIDIA H200"}), 3000, "TN"),
+                           (SimpleNamespace(**{**vars(PROPS), "name": "NVIDIA H200"}), 2044, "NN"), (H100, 3000, "NN")):
+        monkeypatch.setattr(gpu, "device_properties", lambda device=None, props=props: props)
+        selection.reset()
+        built.clear()
+        res = autotune.tune_shape(0, "NN", 1000, N, 2000, 1, matmul=None, write=False)
+        assert built and {lay for _, lay in built} == {want} and res["layout"] == "NN", (props.name, N)
+    selection.reset()
+
+
 def test_a_stale_entry_is_tuned_again_and_replaced(fake_gpu, monkeypatch):
     """A TT entry measured when TT ran as TT, for a shape TT now runs as TN (entries.current): selected as "stale",
     tuned again under TILEGEMM_AUTOTUNE=1 and replaced by an entry of today's run."""

@@ -269,10 +269,18 @@ def test_the_h200_table_refits_from_its_calibration_data():
     assert doc["gpu"] == table["gpu"] and doc["rows"] == table["rows"] and list(table["layouts"]) == ["TT"]
     assert all("-tt-" in f.name for f in tt) and "residuals" not in doc["layouts"]["TT"]
     assert doc["blocks_per_sm"] == table["blocks_per_sm"] and "64x64f" in doc["blocks_per_sm"]
-    for got, want in ((doc, table), (doc["small"], table["small"]), (doc["layouts"]["TT"], table["layouts"]["TT"])):
+    main, small = [folder / f for f in table["fitted_on"]], [folder / f for f in table["small"]["fitted_on"]]
+    for got, want, files in ((doc, table, main), (doc["small"], table["small"], small),
+                             (doc["layouts"]["TT"], table["layouts"]["TT"], tt)):
         assert got["rows"] == want["rows"] and got["blocks_per_sm"] == want["blocks_per_sm"]
-        for k, v in want["constants"].items():
-            assert got["constants"][k] == pytest.approx(v, rel=1e-2, abs=1e-3), k
+        loose = {k for k, v in want["constants"].items() if got["constants"][k] != pytest.approx(v, rel=1e-2, abs=1e-3)}
+        if loose:  # constants on a flat direction of the fit, which the BLAS kernels move (TT's 64 x 64s a and l:
+            # OpenBLAS's AVX-512 kernels against its Haswell ones): the same fit and the same predictions of their rows
+            assert got["rms_log_error"] == pytest.approx(want["rms_log_error"], rel=1e-6), sorted(loose)
+            rows, per_sm, sms, _ = calibration.load_calibration(files)
+            mine = [r for r in rows if any(r["candidate"].split()[0] == k.split(".")[0] for k in loose)]
+            assert mine and all(calibration.predicted(got["constants"], r, per_sm, sms) == pytest.approx(
+                calibration.predicted(want["constants"], r, per_sm, sms), rel=1e-2) for r in mine), sorted(loose)
         assert got.get("residuals", {}).keys() == want.get("residuals", {}).keys()
     assert "64x64s" in table["small"]["blocks_per_sm"] and "32x32" in table["small"]["blocks_per_sm"]
     # TT shapes above the small products' bound take the TT set; NT, with no set of its own nor a stand-in's, the main set

@@ -6,8 +6,8 @@ by the bucket.  "ran_as" is the layout in which the family ran the measured prod
 transposes first runs as NN or TN, an NN product whose A it transposes first (on the H200) as TN (access.family_layout,
 given the GPU's name).  The rule that decides that moves when measurements move it, and an entry measured under another
 rule measured a run that no longer happens: ``current`` tells such entries apart, and the selection takes them only
-after every current one (selection.py).  An entry written before entries kept "ran_as"
-ran an NN or TN product in its own layout; how it ran an NT or TT product is not known, so such an entry is not current.
+after every current one (selection.py).  An entry written before entries kept "ran_as" ran an NN or TN product in its
+own layout; how it ran an NT or TT product is not known, so such an entry is not current.
 "ptxas" is what the build that ran it passed on to ptxas (registry.FAMILY.ptxas: builds.ptxas_options); it moves the
 build's schedule, so an entry measured with other options measured another build and is not current either.  An entry
 without "ptxas" is taken as measured with none, as the family built every kernel before builds.ptxas_options; the few
